@@ -1,0 +1,77 @@
+"""Token logprobs and entropies from model logits, in float32 and without a ``[B, T, V]`` float32 copy.
+
+Logits of a language model are ``[B, T, V]`` with ``V`` around 50k-150k, often in bf16. ``log_softmax``
+over the whole tensor in float32 would materialise a second tensor of that size (and bf16 arithmetic is
+too coarse for importance ratios near 1). So: logprob = gathered logit - logsumexp, and half-precision
+logits are upcast one sequence at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+_FULL_PRECISION = (torch.float32, torch.float64)
+
+
+def _effective_temperature(temperature: float) -> float:
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    # Engines report greedy (temperature 0) logprobs under temperature 1 (aloft.types.SamplingParams).
+    return temperature if temperature > 0 else 1.0
+
+
+def _per_sequence(logits: torch.Tensor, fn: Callable[[torch.Tensor, int], torch.Tensor]) -> torch.Tensor:
+    """Apply ``fn(float_logits [T, V] or [B, T, V], row)`` in float32 or better, a row at a time for
+    half-precision logits."""
+    if logits.dtype in _FULL_PRECISION:
+        return fn(logits, -1)
+    if logits.shape[0] == 0:
+        return logits.new_zeros(logits.shape[:-1], dtype=torch.float32)
+    return torch.stack([fn(logits[row].float(), row) for row in range(logits.shape[0])])
+
+
+def logprobs_from_logits(
+    logits: torch.Tensor, token_ids: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
+    """``log softmax(logits / temperature)[token_ids]`` ``[B, T]`` from logits ``[B, T, V]``, ids ``[B, T]``.
+
+    Aligning logits with the next token is the caller's business (logits at position t predict token
+    t + 1). Returns float32 for half-precision logits (float64 stays float64); differentiable in
+    ``logits``. ``temperature=0`` (greedy) is read as 1, the convention sampler logprobs follow.
+    """
+    if logits.dim() != 3 or token_ids.shape != logits.shape[:2]:
+        raise ValueError(
+            f"logits must be [B, T, V] and token_ids [B, T], got {tuple(logits.shape)} and "
+            f"{tuple(token_ids.shape)}"
+        )
+    temperature = _effective_temperature(temperature)
+
+    def gather_logprobs(float_logits: torch.Tensor, row: int) -> torch.Tensor:
+        ids = token_ids if row < 0 else token_ids[row]
+        if temperature != 1.0:
+            float_logits = float_logits / temperature
+        picked = float_logits.gather(-1, ids.long().unsqueeze(-1)).squeeze(-1)
+        return picked - torch.logsumexp(float_logits, dim=-1)
+
+    return _per_sequence(logits, gather_logprobs)
+
+
+def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Entropy ``[B, T]`` (nats) of ``softmax(logits / temperature)`` from logits ``[B, T, V]``.
+
+    ``H = logsumexp(z) - sum(softmax(z) * z)``; float32 for half-precision logits; differentiable.
+    """
+    if logits.dim() != 3:
+        raise ValueError(f"logits must be [B, T, V], got {tuple(logits.shape)}")
+    temperature = _effective_temperature(temperature)
+
+    def entropy(float_logits: torch.Tensor, row: int) -> torch.Tensor:
+        if temperature != 1.0:
+            float_logits = float_logits / temperature
+        return torch.logsumexp(float_logits, dim=-1) - (
+            torch.softmax(float_logits, dim=-1) * float_logits
+        ).sum(-1)
+
+    return _per_sequence(logits, entropy)

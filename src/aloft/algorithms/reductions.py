@@ -1,0 +1,128 @@
+"""Masked statistics and loss reductions that do not depend on how a mini-batch is split.
+
+A mini-batch is often cut into micro-batches for memory (gradient accumulation). Averaging each
+micro-batch's token mean and then averaging those means weights tokens unevenly whenever micro-batches
+hold different numbers of policy tokens. Instead, every micro-batch divides by the *whole* mini-batch's
+counts, carried in a ``LossNormalizer``; the gradients then simply add up. Across data-parallel ranks
+the same holds when the normalizer holds the global counts and gradients are summed, not averaged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+LOSS_REDUCTIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
+"""Names accepted by ``aggregate_loss`` (and ``config.loss_reduction``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LossNormalizer:
+    """Counts for a whole mini-batch, shared by all of its micro-batches."""
+
+    num_tokens: int
+    """Policy tokens (``loss_mask == 1``) in the mini-batch."""
+    num_sequences: int
+    """Sequences holding at least one policy token (all-masked rows, e.g. filtered ones, do not count)."""
+    max_len: int
+    """Constant length for ``seq_mean_token_sum_norm`` (Dr.GRPO), e.g. the generation token budget."""
+
+    def __post_init__(self) -> None:
+        if self.num_tokens < 0 or self.num_sequences < 0:
+            raise ValueError(
+                f"LossNormalizer counts must be >= 0, got num_tokens={self.num_tokens}, "
+                f"num_sequences={self.num_sequences}"
+            )
+        if self.max_len < 1:
+            raise ValueError(f"LossNormalizer.max_len must be >= 1, got {self.max_len}")
+
+    @classmethod
+    def from_mask(cls, mask: torch.Tensor, max_len: int | None = None) -> LossNormalizer:
+        """Counts of one ``[B, T]`` loss mask; ``max_len`` defaults to ``T``."""
+        return cls.from_masks([mask], max_len=max_len)
+
+    @classmethod
+    def from_masks(cls, masks: Sequence[torch.Tensor], max_len: int | None = None) -> LossNormalizer:
+        """Counts over several ``[B_i, T_i]`` masks (micro-batches padded separately).
+
+        ``max_len`` defaults to the largest ``T_i``.
+        """
+        if not masks:
+            raise ValueError("LossNormalizer.from_masks needs at least one mask")
+        num_tokens = 0
+        num_sequences = 0
+        for mask in masks:
+            if mask.dim() != 2:
+                raise ValueError(f"loss mask must be [B, T], got shape {tuple(mask.shape)}")
+            per_sequence = mask.bool().sum(-1)
+            num_tokens += int(per_sequence.sum())
+            num_sequences += int((per_sequence > 0).sum())
+        if max_len is None:
+            max_len = max(max(int(mask.shape[-1]) for mask in masks), 1)
+        return cls(num_tokens=num_tokens, num_sequences=num_sequences, max_len=max_len)
+
+
+def _check_same_shape(values: torch.Tensor, mask: torch.Tensor) -> None:
+    if values.dim() != 2 or values.shape != mask.shape:
+        raise ValueError(
+            f"values and mask must both be [B, T], got {tuple(values.shape)} and {tuple(mask.shape)}"
+        )
+
+
+def aggregate_loss(
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str,
+    normalizer: LossNormalizer | None = None,
+) -> torch.Tensor:
+    """Reduce per-token losses ``[B, T]`` to a scalar over the positions where ``mask`` is 1.
+
+    Modes (``N`` = ``normalizer.num_tokens``, ``S`` = ``normalizer.num_sequences``):
+
+    - ``token_mean``: ``sum(v * m) / N``; every policy token weighs the same (DAPO).
+    - ``seq_mean_token_mean``: ``sum_i mean_t(v_it over policy tokens) / S``; every sequence weighs
+      the same (GRPO paper).
+    - ``seq_mean_token_sum_norm``: ``sum(v * m) / (max_len * S)``; a constant divisor, free of length
+      bias (Dr.GRPO).
+
+    Masked positions are selected away (never multiplied), so inf/NaN there cannot leak into the loss
+    or its gradient. Sequences without policy tokens add 0. With ``normalizer=None`` the counts come
+    from this batch's ``mask`` (and ``T`` for ``max_len``).
+    """
+    _check_same_shape(values, mask)
+    if mode not in LOSS_REDUCTIONS:
+        raise ValueError(f"unknown loss reduction {mode!r}; choose one of: {', '.join(LOSS_REDUCTIONS)}")
+    if normalizer is None:
+        normalizer = LossNormalizer.from_mask(mask)
+    keep = mask.bool()
+    masked = torch.where(keep, values, 0.0)
+    num_sequences = max(normalizer.num_sequences, 1)
+    if mode == "token_mean":
+        return masked.sum() / max(normalizer.num_tokens, 1)
+    if mode == "seq_mean_token_mean":
+        tokens_per_sequence = keep.sum(-1).clamp(min=1)
+        return (masked.sum(-1) / tokens_per_sequence).sum() / num_sequences
+    return masked.sum() / (normalizer.max_len * num_sequences)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``values`` where ``mask`` is 1 (0 when the mask is empty); any matching shapes."""
+    keep = mask.bool()
+    total = torch.where(keep, values, 0.0).sum()
+    return total / keep.sum().clamp(min=1)
+
+
+def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """``(values - mean) / (std + eps)`` over the positions where ``mask`` is 1; 0 elsewhere.
+
+    The std is the unbiased (Bessel-corrected, ``n - 1``) one, the same convention as the group std
+    of GRPO in this package; with fewer than two masked values it is taken as 0.
+    """
+    keep = mask.bool()
+    count = keep.sum()
+    mean = masked_mean(values, keep)
+    centred = torch.where(keep, values - mean, 0.0)
+    variance = centred.pow(2).sum() / (count - 1).clamp(min=1)
+    return torch.where(keep, centred / (variance.sqrt() + eps), 0.0)

@@ -1,0 +1,152 @@
+"""The ``aloft`` command: train, eval, --version.
+
+    aloft train quickstart trainer.max_steps=20 algorithm.advantage=rloo
+    aloft train --help                      # every config field with its doc
+    aloft eval runs/quickstart --builder arithmetic --size 64 --n 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+from aloft import __version__
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "train":
+        return _train(argv[1:])
+    parser = argparse.ArgumentParser(prog="aloft", description="Reinforcement learning for language models.")
+    parser.add_argument("--version", action="version", version=f"aloft {__version__}")
+    sub = parser.add_subparsers(dest="command")
+    sub.add_parser("train", help="train (or resume) a run: aloft train PRESET_OR_YAML [key=value ...]")
+    ev = sub.add_parser("eval", help="mean reward and pass@k of a model, run or checkpoint on a dataset")
+    ev.add_argument("model", help="model dir, built-in name, run dir (uses export/ or the latest checkpoint) or checkpoint dir")
+    ev.add_argument("--data", nargs="*", default=[], help="eval files (.jsonl/.parquet)")
+    ev.add_argument("--builder", default=None, help="built-in dataset builder when no --data (e.g. arithmetic)")
+    ev.add_argument("--size", type=int, default=64, help="rows to build / evaluate")
+    ev.add_argument("--seed", type=int, default=1_000_003, help="builder and sampling seed")
+    ev.add_argument("--env", default=None, help="env id for every row (default: each row's env_class)")
+    ev.add_argument("--n", type=int, default=1, help="samples per prompt (pass@k for k up to n)")
+    ev.add_argument("--temperature", type=float, default=0.0)
+    ev.add_argument("--max-new-tokens", type=int, default=64)
+    ev.add_argument("--dtype", choices=["float32", "bfloat16"], default="bfloat16")
+    args = parser.parse_args(argv)
+    if args.command == "eval":
+        return _eval(args)
+    parser.print_help()
+    return 1
+
+
+def _train(argv: list[str]) -> int:
+    from aloft.config import ConfigError, describe_fields, load_config, presets
+
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_train_help(describe_fields(), presets()))
+        return 0
+    target, overrides = argv[0], argv[1:]
+    if "=" in target:  # no preset, only overrides
+        target, overrides = None, argv
+    try:
+        config = load_config(target, overrides)
+        from aloft.trainer import train
+
+        final = train(config)
+    except ConfigError as exc:
+        print(f"aloft: config error: {exc}", file=sys.stderr)
+        return 2
+    keys = [k for k in final if k.startswith("eval/reward") or k.startswith("eval/pass") or k == "reward/mean"]
+    print(json.dumps({k: round(final[k], 4) for k in sorted(keys)}))
+    return 0
+
+
+def _train_help(fields: list[tuple[str, str, str, str]], preset_names: list[str]) -> str:
+    lines = [
+        "usage: aloft train PRESET_OR_YAML [section.key=value ...]",
+        "",
+        f"presets: {', '.join(preset_names)}",
+        "Rerunning the same command resumes from the run's latest checkpoint.",
+        "",
+        "fields (section.key  type = default):",
+    ]
+    section = None
+    for key, type_name, default, doc in fields:
+        head = key.split(".")[0]
+        if head != section:
+            section = head
+            lines.append(f"\n[{head}]")
+        lines.append(f"  {key}  {type_name} = {default}")
+        lines.extend(textwrap.wrap(doc, width=100, initial_indent="      ", subsequent_indent="      "))
+    return "\n".join(lines)
+
+
+def _eval(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from aloft.data import build_dataset, read_rows, validate_row
+    from aloft.inference import make_engine
+    from aloft.models import load_tokenizer, resolve_model_path
+    from aloft.rollout import EpisodeLimits, Generator
+    from aloft.trainer import evaluate
+    from aloft.types import SamplingParams
+
+    model_path, weights = _resolve_eval_model(Path(args.model), args.model)
+    if args.data:
+        rows = [r for path in args.data for r in read_rows(path, default_env=args.env)][: args.size]
+    elif args.builder:
+        raw = build_dataset(args.builder, n=args.size, seed=args.seed)
+        rows = [validate_row(r, i, f"builder {args.builder}", default_env=args.env) for i, r in enumerate(raw)]
+    else:
+        print("aloft: eval needs --data FILE or --builder NAME", file=sys.stderr)
+        return 2
+    if args.env:
+        for row in rows:
+            row.env_class = args.env
+    tokenizer = load_tokenizer(model_path)
+    engine = make_engine("hf", model_or_path=model_path, tokenizer=tokenizer, dtype=args.dtype)
+
+    async def run() -> dict[str, float]:
+        if weights is not None:
+            from safetensors.torch import load_file
+
+            await engine.update_weights(list(load_file(weights).items()), version=1)
+        generator = Generator(engine, tokenizer, limits=EpisodeLimits(max_total_tokens=args.max_new_tokens))
+        sampling = SamplingParams(max_tokens=args.max_new_tokens, temperature=args.temperature)
+        metrics, _ = await evaluate(generator, rows, n=args.n, sampling=sampling, seed=args.seed)
+        return metrics
+
+    print(json.dumps({k: round(v, 4) for k, v in asyncio.run(run()).items()}, indent=1))
+    return 0
+
+
+def _resolve_eval_model(path: Path, name: str) -> tuple[str, Path | None]:
+    """(base model path, checkpoint weights or None) for a model dir, run dir or checkpoint dir."""
+    from aloft.models import resolve_model_path
+
+    if (path / "export" / "config.json").exists():
+        return str(path / "export"), None
+    if (path / "policy.safetensors").exists():  # a checkpoint dir: runs/<name>/checkpoints/step_<n>
+        return _base_model_of_run(path.parent.parent), path / "policy.safetensors"
+    if (path / "checkpoints").is_dir():
+        steps = sorted((p for p in (path / "checkpoints").iterdir() if p.name.startswith("step_") and ".tmp" not in p.name),
+                       key=lambda p: int(p.name.split("_")[1]))
+        if steps:
+            return _base_model_of_run(path), steps[-1] / "policy.safetensors"
+    return resolve_model_path(name), None
+
+
+def _base_model_of_run(run_dir: Path) -> str:
+    import yaml
+
+    from aloft.models import resolve_model_path
+
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    return resolve_model_path(config["model"]["path"])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

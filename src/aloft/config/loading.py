@@ -1,0 +1,144 @@
+"""Presets, YAML files and dotted command-line overrides -> a validated ``AloftConfig``.
+
+``load_config("quickstart", ["trainer.max_steps=20", "algorithm.advantage=rloo"])`` reads the
+preset, applies the overrides (values parsed as YAML, so ``[a, b]`` is a list and ``true`` a bool)
+and validates. Every problem surfaces as one ``ConfigError`` line naming the key and the fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import typing
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from aloft.config.schema import AloftConfig
+
+
+class ConfigError(ValueError):
+    """A configuration problem, phrased as one line: the key, what is wrong, the fix."""
+
+
+def presets() -> list[str]:
+    """Names of the built-in presets."""
+    folder = resources.files("aloft.config") / "presets"
+    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def read_preset_or_file(preset_or_path: str) -> dict[str, Any]:
+    """The raw mapping of a built-in preset name or a YAML file path."""
+    path = Path(preset_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise ConfigError(f"config file {preset_or_path} not found; pass a YAML path or one of {presets()}")
+        text = path.read_text()
+    else:
+        if preset_or_path not in presets():
+            raise ConfigError(f"unknown preset '{preset_or_path}'; known presets: {presets()} (or a YAML path)")
+        text = (resources.files("aloft.config") / "presets" / f"{preset_or_path}.yaml").read_text()
+    raw = yaml.safe_load(text) or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{preset_or_path}: the top level must be a mapping of sections")
+    return raw
+
+
+def apply_override(raw: dict[str, Any], override: str) -> None:
+    """Set ``a.b.c=value`` in the nested mapping ``raw`` (value parsed as YAML)."""
+    key, sep, value_text = override.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"override '{override}' is not of the form section.key=value")
+    try:
+        value = yaml.safe_load(value_text) if value_text.strip() else ""
+    except yaml.YAMLError:
+        value = value_text
+    node = raw
+    parts = key.split(".")
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override '{override}': '{part}' is a value, not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def load_config(preset_or_path: str | None = None, overrides: list[str] | None = None) -> AloftConfig:
+    """Resolve a preset (or YAML path) plus overrides into a validated config."""
+    raw = read_preset_or_file(preset_or_path) if preset_or_path else {}
+    for override in overrides or []:
+        apply_override(raw, override)
+    return validate_config(raw)
+
+
+def validate_config(raw: dict[str, Any]) -> AloftConfig:
+    try:
+        return AloftConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(_one_line(exc)) from None
+
+
+def save_config(config: AloftConfig, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+
+
+def _one_line(exc: ValidationError) -> str:
+    """The first validation error as 'key: problem; fix' (further errors counted)."""
+    err = exc.errors()[0]
+    loc = [str(p) for p in err["loc"]]
+    key = ".".join(loc)
+    more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    if err["type"] == "extra_forbidden":
+        known = _field_names_at(loc[:-1])
+        close = difflib.get_close_matches(loc[-1], known, n=1)
+        hint = f"did you mean '{'.'.join([*loc[:-1], close[0]])}'?" if close else f"known keys here: {known}"
+        return f"unknown config key '{key}'; {hint}{more}"
+    if not loc:  # a model_validator error: the message already names key and fix
+        return str(err["msg"]).removeprefix("Value error, ") + more
+    expected = _field_type_at(loc)
+    got = err.get("input")
+    return f"config key '{key}': {err['msg']} (got {got!r}); set it to a value of type {expected}{more}"
+
+
+def _model_at(loc: list[str]) -> type[BaseModel] | None:
+    model: type[BaseModel] = AloftConfig
+    for part in loc:
+        field = model.model_fields.get(part)
+        if field is None or not (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):
+            return None
+        model = field.annotation
+    return model
+
+
+def _field_names_at(loc: list[str]) -> list[str]:
+    model = _model_at(loc)
+    return sorted(model.model_fields) if model else []
+
+
+def _field_type_at(loc: list[str]) -> str:
+    model = _model_at(loc[:-1])
+    field = model.model_fields.get(loc[-1]) if model else None
+    return _type_name(field.annotation) if field else "the documented type"
+
+
+def _type_name(annotation: Any) -> str:
+    if isinstance(annotation, type):
+        return annotation.__name__
+    if typing.get_origin(annotation) is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(annotation))
+    return str(annotation).replace("typing.", "")
+
+
+def describe_fields() -> list[tuple[str, str, str, str]]:
+    """(dotted key, type, default, doc) for every field, for ``aloft train --help``."""
+    rows = []
+    for section_name, section_field in AloftConfig.model_fields.items():
+        section = section_field.annotation
+        assert isinstance(section, type) and issubclass(section, BaseModel)
+        for name, field in section.model_fields.items():
+            doc = " ".join((field.description or "").split())
+            rows.append((f"{section_name}.{name}", _type_name(field.annotation), repr(field.default), doc))
+    return rows

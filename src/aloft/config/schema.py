@@ -1,0 +1,275 @@
+"""The typed run configuration: one section per component.
+
+Every field's docstring is its documentation (``aloft train --help`` prints them). Sections forbid
+unknown keys, so a typo fails at start instead of silently doing nothing. Cross-field consistency
+(a critic-based estimator without a critic, batch geometry, ...) is checked in
+``AloftConfig._check_consistency``; registry names (estimators, losses, envs, engines) are checked by
+the trainer before anything heavy runs, since ``config`` must not import the registries.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+
+
+class ModelConfig(Section):
+    path: str = "smollm2-135m-instruct"
+    """Policy model: an HF model directory, a hub id (where a hub is reachable), or a built-in name
+    (smollm2-135m-instruct)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (less memory, ~30% more compute)."""
+    lora_rank: int = 0
+    """LoRA rank (peft); 0 trains all parameters."""
+    lora_alpha: int = 16
+    """LoRA scaling alpha."""
+    lora_target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj"]
+    """Module names LoRA adapters attach to."""
+
+
+class DataConfig(Section):
+    train_files: list[str] = []
+    """Training rows (.jsonl or .parquet, DESIGN.md §4 row format). Empty: build them with `builder`."""
+    eval_files: list[str] = []
+    """Held-out eval rows. Empty: build them with `builder` (a disjoint seed)."""
+    builder: str | None = None
+    """Built-in dataset builder used when no files are given (e.g. arithmetic, reasoning_gym)."""
+    builder_args: dict[str, Any] = {}
+    """Keyword arguments for the builder."""
+    train_size: int = 2000
+    """Rows the builder makes for training."""
+    eval_size: int = 64
+    """Rows the builder makes for eval (also caps eval over eval_files when > 0)."""
+    shuffle: bool = True
+    """Shuffle the training rows every epoch (deterministic from trainer.seed)."""
+
+
+class EnvConfig(Section):
+    name: str | None = None
+    """Environment id for rows without env_class (and for the builder's rows when set)."""
+    config: dict[str, Any] = {}
+    """Per-env configuration passed to gym.make (e.g. answer_format, max_turns)."""
+
+
+class GeneratorConfig(Section):
+    n_samples: int = 4
+    """Samples per prompt (the group size for group-relative estimators)."""
+    max_turns: int = 1
+    """Turn limit per trajectory (the env may end earlier)."""
+    max_new_tokens: int = 64
+    """Token budget for one policy turn."""
+    max_total_tokens: int = 1024
+    """Token budget for a whole completion (policy turns plus observations)."""
+    temperature: float = 1.0
+    """Sampling temperature for training rollouts."""
+    top_p: float = 1.0
+    """Nucleus sampling threshold (1 disables)."""
+    top_k: int = 0
+    """Top-k sampling (0 disables)."""
+    stop: list[str] = []
+    """Extra stop strings."""
+    eval_temperature: float = 0.0
+    """Sampling temperature for eval (0 = greedy)."""
+    eval_n_samples: int = 1
+    """Samples per eval prompt; pass@k is reported for k up to this."""
+
+
+class EngineConfig(Section):
+    backend: str = "hf"
+    """Inference engine (hf is the embedded default)."""
+    dtype: Literal["float32", "bfloat16"] = "bfloat16"
+    """Engine weight dtype; bfloat16 is ~2x faster on CPUs with avx512_bf16."""
+    max_batch_size: int = 64
+    """Most sequences the engine decodes at once."""
+
+
+class AlgorithmConfig(Section):
+    advantage: str = "grpo"
+    """Advantage estimator: gae, grpo, dr_grpo, rloo, reinforce++, reinforce++_baseline, or a registered one."""
+    norm_adv_by_std: bool = True
+    """grpo: divide by the group's std (False = Dr.GRPO)."""
+    gamma: float = 1.0
+    """Discount factor (gae, reinforce++)."""
+    lam: float = 1.0
+    """GAE lambda."""
+    policy_loss: str = "ppo"
+    """Policy loss: ppo, dual_clip, gspo, cispo, or a registered one."""
+    clip_low: float = 0.2
+    """PPO epsilon below 1."""
+    clip_high: float = 0.2
+    """PPO epsilon above 1 (0.28 = DAPO clip-higher)."""
+    dual_clip_c: float = 3.0
+    """Dual-clip constant for negative advantages (dual_clip loss)."""
+    gspo_clip_low: float = 3e-4
+    """GSPO sequence-ratio epsilon below 1."""
+    gspo_clip_high: float = 4e-4
+    """GSPO sequence-ratio epsilon above 1."""
+    cispo_clip_high: float = 0.28
+    """CISPO: the importance weight is clipped at 1 + this."""
+    loss_reduction: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = "token_mean"
+    """How token losses are averaged over the mini-batch."""
+    kl_coef: float = 0.0
+    """KL to the reference policy; > 0 loads a frozen reference model."""
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    """KL estimator (Schulman's k1/k2/k3)."""
+    kl_penalty: Literal["loss", "reward"] = "loss"
+    """Apply the KL as a loss term or as a per-token reward penalty."""
+    entropy_coef: float = 0.0
+    """Entropy bonus coefficient."""
+    value_clip: float = 0.2
+    """Clip range of the critic's value loss."""
+    ppo_epochs: int = 1
+    """Passes over each step's batch."""
+    mini_batches: int = 1
+    """Optimizer steps per epoch; whole groups are kept together."""
+    dynamic_sampling: bool = False
+    """DAPO dynamic sampling: drop groups whose rewards are all equal and refill."""
+    max_sampling_rounds: int = 3
+    """Most generation rounds per step when dynamic sampling refills."""
+    overlong_filter: bool = False
+    """Exclude truncated (status=length) trajectories from the loss."""
+    overlong_buffer_len: int = 0
+    """DAPO soft overlong penalty buffer (tokens before the budget); 0 disables."""
+    overlong_penalty_factor: float = 1.0
+    """Largest soft overlong penalty."""
+
+
+class OptimConfig(Section):
+    lr: float = 1e-5
+    """Policy learning rate (AdamW)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW betas."""
+    warmup_steps: int = 0
+    """Linear warmup steps."""
+    schedule: Literal["constant", "linear", "cosine"] = "constant"
+    """LR schedule after warmup (decays to 0 at trainer.max_steps)."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm (0 disables)."""
+    micro_batch_size: int = 8
+    """Sequences per forward/backward; the loss does not depend on it."""
+    bf16_autocast: bool = True
+    """bfloat16 autocast for training forward/backward (fp32 master weights)."""
+
+
+class CriticConfig(Section):
+    enabled: bool = False
+    """Train a value model (needed by gae)."""
+    path: str | None = None
+    """Critic initialisation (default: model.path) with a fresh scalar value head."""
+    lr: float = 1e-5
+    """Critic learning rate."""
+
+
+class TrainerConfig(Section):
+    name: str = "run"
+    """Run name: outputs go to <run_root>/<name>/; rerunning the same command resumes it."""
+    run_root: str = "runs"
+    """Directory holding run directories."""
+    max_steps: int = 20
+    """Training steps."""
+    prompts_per_step: int = 8
+    """Prompts per step (the batch is prompts_per_step x generator.n_samples trajectories)."""
+    eval_every: int = 5
+    """Eval on the held-out set every N steps (0 disables periodic eval)."""
+    eval_before_training: bool = True
+    """Eval once before the first step."""
+    checkpoint_every: int = 5
+    """Write a checkpoint every N steps (0 disables; the last step is always saved)."""
+    keep_checkpoints: int = 2
+    """Most recent checkpoints kept."""
+    export_final: bool = True
+    """Write the final policy in HF format to <run>/export/."""
+    save_rollouts: bool = True
+    """Write every step's trajectories to <run>/rollouts/step_<n>.jsonl."""
+    seed: int = 0
+    """Seed for data order, sampling and initialisation."""
+    deterministic: bool = False
+    """torch.use_deterministic_algorithms and single-threaded ops: bit-exact resume, slower."""
+    loggers: list[Literal["jsonl", "tensorboard", "wandb"]] = ["jsonl", "tensorboard"]
+    """Metric sinks (console progress is always on)."""
+    progress_bar: bool = True
+    """Show a tqdm progress bar."""
+    num_threads: int = 0
+    """torch intra-op threads (0 = torch's default)."""
+    imports: list[str] = []
+    """Python modules imported before the run starts: they may register envs, estimators, losses."""
+
+
+class AloftConfig(Section):
+    """A whole run. Presets live in aloft/config/presets/*.yaml."""
+
+    model: ModelConfig = ModelConfig()
+    data: DataConfig = DataConfig()
+    env: EnvConfig = EnvConfig()
+    generator: GeneratorConfig = GeneratorConfig()
+    engine: EngineConfig = EngineConfig()
+    algorithm: AlgorithmConfig = AlgorithmConfig()
+    optim: OptimConfig = OptimConfig()
+    critic: CriticConfig = CriticConfig()
+    trainer: TrainerConfig = TrainerConfig()
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_shorthand(cls, value: Any) -> Any:
+        # `env=text2sql` on the command line is shorthand for `env.name=text2sql`.
+        return {"name": value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> AloftConfig:
+        algo, gen, trainer = self.algorithm, self.generator, self.trainer
+        positive = {
+            "trainer.max_steps": trainer.max_steps,
+            "trainer.prompts_per_step": trainer.prompts_per_step,
+            "generator.n_samples": gen.n_samples,
+            "generator.max_turns": gen.max_turns,
+            "generator.max_new_tokens": gen.max_new_tokens,
+            "generator.eval_n_samples": gen.eval_n_samples,
+            "algorithm.ppo_epochs": algo.ppo_epochs,
+            "algorithm.mini_batches": algo.mini_batches,
+            "optim.micro_batch_size": self.optim.micro_batch_size,
+            "engine.max_batch_size": self.engine.max_batch_size,
+        }
+        for key, value in positive.items():
+            if value < 1:
+                raise ValueError(f"{key}={value} must be >= 1")
+        if algo.advantage == "gae" and not self.critic.enabled:
+            raise ValueError(
+                "algorithm.advantage=gae needs a value model: set critic.enabled=true "
+                "(or use a critic-free estimator such as grpo or rloo)"
+            )
+        group_estimators = {"grpo", "dr_grpo", "rloo", "reinforce++_baseline"}
+        if algo.advantage in group_estimators and gen.n_samples < 2:
+            raise ValueError(
+                f"algorithm.advantage={algo.advantage} compares samples of one prompt: "
+                f"set generator.n_samples >= 2 (got {gen.n_samples})"
+            )
+        if trainer.prompts_per_step % algo.mini_batches:
+            raise ValueError(
+                f"trainer.prompts_per_step={trainer.prompts_per_step} is not divisible by "
+                f"algorithm.mini_batches={algo.mini_batches}: mini-batches hold whole groups; "
+                "pick a divisor"
+            )
+        if gen.max_new_tokens > gen.max_total_tokens:
+            raise ValueError(
+                f"generator.max_new_tokens={gen.max_new_tokens} exceeds generator.max_total_tokens="
+                f"{gen.max_total_tokens}: raise max_total_tokens or lower max_new_tokens"
+            )
+        if algo.overlong_buffer_len >= gen.max_new_tokens * gen.max_turns and algo.overlong_buffer_len:
+            raise ValueError(
+                f"algorithm.overlong_buffer_len={algo.overlong_buffer_len} must be smaller than the "
+                "completion budget (generator.max_new_tokens x max_turns)"
+            )
+        if not 0 <= algo.clip_low < 1:
+            raise ValueError(f"algorithm.clip_low={algo.clip_low} must be in [0, 1)")
+        if algo.dynamic_sampling and gen.n_samples < 2:
+            raise ValueError("algorithm.dynamic_sampling=true needs generator.n_samples >= 2")
+        if self.data.builder is None and not self.data.train_files:
+            raise ValueError("no training data: set data.train_files=[...] or data.builder=NAME")
+        return self

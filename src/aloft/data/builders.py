@@ -1,0 +1,146 @@
+"""Built-in dataset builders: ``build_dataset(name, n, seed, **options) -> raw rows``.
+
+The rows are plain dicts in the row format of ``aloft.data.rows``, ready for ``write_rows``; the
+same (name, n, seed, options) always gives the same rows.
+
+- ``"arithmetic"``: "Add a and b." with a, b drawn from ``low..high`` (1..9), graded by the
+  ``arithmetic`` env ("The answer is N.").
+- ``"reasoning_gym"``: any reasoning-gym generator with numeric answers (``dataset="basic_arithmetic"``,
+  ``"gsm_symbolic"``, ``"chain_sum"``, ...), graded by the ``arithmetic`` env in ``boxed`` mode.
+"""
+
+from __future__ import annotations
+
+import inspect
+import random
+import re
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["SYSTEM_PROMPT", "build_dataset", "dataset_builders"]
+
+SYSTEM_PROMPT = "You are a helpful assistant."
+BOXED_INSTRUCTION = "Put your final answer in \\boxed{}."
+
+RawRow = dict[str, Any]
+Builder = Callable[..., list[RawRow]]
+_BUILDERS: dict[str, Builder] = {}
+
+# The numbers the arithmetic env can grade: "8", "-4", "8.0", "1,234", "3/4".
+_NUMBER = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?")
+
+
+def _builder(name: str) -> Callable[[Builder], Builder]:
+    def add(function: Builder) -> Builder:
+        _BUILDERS[name] = function
+        return function
+
+    return add
+
+
+def dataset_builders() -> list[str]:
+    """Names accepted by ``build_dataset``, sorted."""
+    return sorted(_BUILDERS)
+
+
+def build_dataset(name: str, n: int, seed: int, **options: Any) -> list[RawRow]:
+    """Build ``n`` raw rows with the builder ``name``; ``options`` are that builder's keyword options."""
+    builder = _BUILDERS.get(name)
+    if builder is None:
+        raise ValueError(f"unknown dataset builder {name!r}; available: {dataset_builders()}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"dataset builder {name!r}: n must be a positive integer, got {n!r}")
+    accepted = [
+        parameter for parameter in inspect.signature(builder).parameters if parameter not in ("n", "seed")
+    ]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ValueError(f"dataset builder {name!r}: unknown options {unknown}; accepted: {accepted}")
+    return builder(n=n, seed=seed, **options)
+
+
+@_builder("arithmetic")
+def _arithmetic(n: int, seed: int, low: int = 1, high: int = 9) -> list[RawRow]:
+    """'Add a and b.' with a and b uniform in [low, high]; the model must end with 'The answer is N.'"""
+    if not (isinstance(low, int) and isinstance(high, int) and low <= high):
+        raise ValueError(
+            f"dataset builder 'arithmetic': need integers low <= high, got low={low!r}, high={high!r}"
+        )
+    rng = random.Random(seed)
+    rows = []
+    for index in range(n):
+        a, b = rng.randint(low, high), rng.randint(low, high)
+        question = f"Add {a} and {b}."
+        answer = str(a + b)
+        rows.append(
+            {
+                "prompt": [
+                    {"role": "system", "content": SYSTEM_PROMPT},
+                    # "N" stays a literal letter: the model is shown the pattern, not the answer.
+                    {"role": "user", "content": f"{question} End your reply with: The answer is N."},
+                ],
+                "env_class": "arithmetic",
+                "reward_spec": {"method": "rule", "ground_truth": answer},
+                "extra_info": {"index": index},
+                "question": question,
+                "answer": answer,
+            }
+        )
+    return rows
+
+
+@_builder("reasoning_gym")
+def _reasoning_gym(
+    n: int, seed: int, dataset: str = "basic_arithmetic", config: dict[str, Any] | None = None
+) -> list[RawRow]:
+    """Rows from ``reasoning_gym.create_dataset(dataset, size=n, seed=seed, **config)``.
+
+    Every answer must be a number (the ``arithmetic`` env grades numbers); a generator with another
+    kind of answer is refused with the first offending item.
+    """
+    try:
+        import reasoning_gym
+    except ImportError:
+        raise ImportError(
+            "dataset builder 'reasoning_gym' needs the reasoning-gym package: pip install reasoning-gym"
+        ) from None
+    try:
+        items = reasoning_gym.create_dataset(dataset, size=n, seed=seed, **(config or {}))
+    except ValueError as error:
+        if "not registered" not in str(error):
+            raise
+        from reasoning_gym.factory import DATASETS
+
+        raise ValueError(
+            f"dataset builder 'reasoning_gym': reasoning-gym has no dataset {dataset!r}; "
+            f"available: {sorted(DATASETS)}"
+        ) from None
+
+    rows = []
+    for index, item in enumerate(items):
+        answer = str(item["answer"]).strip()
+        if not _NUMBER.fullmatch(answer):
+            raise ValueError(
+                f"dataset builder 'reasoning_gym': {dataset!r} item {index} has the non-numeric answer {answer!r}; "
+                "the arithmetic env grades numbers only, so pick a numeric dataset (basic_arithmetic, chain_sum, "
+                "gsm_symbolic, ...)"
+            )
+        question = item["question"]
+        rows.append(
+            {
+                "prompt": [
+                    {"role": "system", "content": SYSTEM_PROMPT},
+                    {"role": "user", "content": f"{question}\n{BOXED_INSTRUCTION}"},
+                ],
+                "env_class": "arithmetic",
+                "reward_spec": {"method": "rule", "ground_truth": answer},
+                # Only flat, uniformly-typed metadata: reasoning-gym's per-item metadata varies in
+                # shape between items, which a parquet column cannot hold.
+                "extra_info": {"index": index, "source_dataset": dataset},
+                "question": question,
+                "answer": answer,
+                # The prompt asks for \boxed{}: tell the arithmetic env to grade that format.
+                "answer_format": "boxed",
+            }
+        )
+    return rows

@@ -1,0 +1,25 @@
+"""aloft.gym: environments for RL on language models. Torch-free; imports only ``aloft.types``.
+
+from aloft.gym import make
+env = make("arithmetic", extras={"answer": "8"})
+messages, info = env.reset([{"role": "user", "content": "Add 3 and 5."}])
+out = env.step("3 plus 5 is 8. The answer is 8.")   # StepOutput(observations=[], reward=1.0, done=True, ...)
+"""
+
+from aloft.gym.checker import EnvCheckError, check_env
+from aloft.gym.core import Env, StepOutput, UnknownEnvError, make, register, registered
+from aloft.gym.envs import BUILTIN_ENVS
+
+__all__ = [
+    "Env",
+    "EnvCheckError",
+    "StepOutput",
+    "UnknownEnvError",
+    "check_env",
+    "make",
+    "register",
+    "registered",
+]
+
+for _env_id, _entry_point in BUILTIN_ENVS.items():
+    register(_env_id, _entry_point)

@@ -1,0 +1,406 @@
+"""``HFEngine``: the embedded transformers engine (batched, KV-cached, token-in/token-out).
+
+Many rollout coroutines each ``await engine.generate([request])``. Requests go into a queue; one
+background batcher task per event loop takes up to ``max_batch_size`` of them, runs the batch in a
+single worker thread (so the event loop stays free for environments and tools), and resolves each
+caller's future. Requests that arrive while a batch runs form the next batch.
+
+The worker thread is the only place the model is touched: batches and weight updates are submitted
+to the same one-thread executor, so an update never lands in the middle of a batch, and every
+``Completion`` carries the ``policy_version`` of the weights that produced all of its tokens.
+
+Sampler logprobs are ``log_softmax(logits.float() / T)`` of each generated token, before top-k/top-p
+(T = 1 when greedy); see ``aloft.inference.sampling``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import functools
+import gc
+import os
+import random
+import time
+from collections import deque
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from aloft.inference.base import WeightsSource, register_engine
+from aloft.inference.decoding import DecodeLimits, generate_batch
+from aloft.models.loading import load_model, load_tokenizer
+from aloft.types import Completion, GenerationRequest
+
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
+
+
+def _parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in _DTYPES:
+        raise ValueError(f"HFEngine: unknown dtype {dtype!r}; use one of {', '.join(_DTYPES)}")
+    return _DTYPES[dtype]
+
+
+@dataclass
+class EngineStats:
+    """Counters since the engine was built (read them for throughput metrics and batching checks)."""
+
+    batches: int = 0
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    busy_seconds: float = 0.0
+    """Wall time spent inside batches (the worker thread), excluding queueing."""
+
+
+@dataclass
+class _Pending:
+    request: GenerationRequest
+    seed: int
+    future: asyncio.Future[Completion]
+
+
+class _LoopState:
+    """Queue and batcher bound to one event loop (an engine may outlive several ``asyncio.run`` calls)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, held: bool) -> None:
+        self.loop = loop
+        self.pending: deque[_Pending] = deque()
+        self.batcher: asyncio.Task[None] | None = None
+        self.unheld = asyncio.Event()
+        """Set while the engine is neither paused nor asleep."""
+        self.idle = asyncio.Event()
+        """Set while no batch is running."""
+        self.idle.set()
+        if not held:
+            self.unheld.set()
+
+
+@register_engine("hf")
+class HFEngine:
+    """Batched generation with a private copy of a transformers causal LM.
+
+    Args:
+        model_or_path: a model directory / built-in name / hub id (loaded in ``dtype``), or a
+            ``PreTrainedModel`` (copied, so training the original never races with generation).
+        tokenizer: needed with a model object; loaded from ``model_or_path`` when it is a name.
+        dtype: weights' dtype for generation ("float32" or "bfloat16"; logprobs are always float32).
+        max_batch_size: most rows decoded together.
+        device: where the engine's copy lives ("cpu", "cuda", ...).
+        seed: seeds the engine RNG that draws a seed for each request without one.
+        batch_wait_s: how long the batcher lets callers gather before starting a batch.
+    """
+
+    def __init__(
+        self,
+        model_or_path: str | os.PathLike[str] | PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase | str | None = None,
+        *,
+        dtype: str | torch.dtype = "float32",
+        max_batch_size: int = 64,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+        batch_wait_s: float = 0.002,
+    ) -> None:
+        if max_batch_size < 1:
+            raise ValueError(f"HFEngine: max_batch_size must be >= 1, got {max_batch_size}")
+        torch_dtype = _parse_dtype(dtype)
+        if isinstance(model_or_path, str | os.PathLike):
+            model = load_model(str(model_or_path), dtype=torch_dtype)
+            tokenizer = tokenizer if tokenizer is not None else str(model_or_path)
+        else:
+            if tokenizer is None:
+                raise ValueError("HFEngine needs a tokenizer with a model object: HFEngine(model, tokenizer)")
+            model = copy.deepcopy(model_or_path).to(torch_dtype)
+        if isinstance(tokenizer, str):
+            tokenizer = load_tokenizer(tokenizer)
+        if hasattr(model, "set_attn_implementation"):
+            model.set_attn_implementation("sdpa")
+        model.requires_grad_(False)
+        self.model: PreTrainedModel = model.to(device).eval()
+        self.tokenizer: PreTrainedTokenizerBase = tokenizer
+        self.device = torch.device(device)
+        self.dtype = torch_dtype
+        self.max_batch_size = max_batch_size
+        self.batch_wait_s = batch_wait_s
+        self.stats = EngineStats()
+        self.limits = DecodeLimits(
+            eos_ids=frozenset(_eos_ids(model, tokenizer)),
+            pad_id=_pad_id(tokenizer),
+            max_positions=int(getattr(model.config, "max_position_embeddings", None) or 1 << 30),
+        )
+        self._vocab_size = int(model.get_input_embeddings().num_embeddings)
+        self._version = 0
+        self._rng = random.Random(seed)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aloft-hf-engine")
+        self._state: _LoopState | None = None
+        self._paused = False
+        self._asleep = False
+        self._closed = False
+
+    # ------------------------------------------------------------------------------------------------
+    # InferenceEngine protocol
+    # ------------------------------------------------------------------------------------------------
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    async def generate(self, requests: list[GenerationRequest]) -> list[Completion]:
+        """Queue the requests for the batcher and wait for all their completions (same order)."""
+        if self._closed:
+            raise RuntimeError("HFEngine is closed; build a new engine")
+        if self._asleep:
+            raise RuntimeError("HFEngine is asleep; call `await engine.wake_up()` before generate")
+        for request in requests:
+            self._validate(request)
+        state = self._loop_state()
+        futures = []
+        for request in requests:
+            seed = request.sampling.seed if request.sampling.seed is not None else self._rng.getrandbits(63)
+            future: asyncio.Future[Completion] = state.loop.create_future()
+            state.pending.append(_Pending(request=request, seed=seed, future=future))
+            futures.append(future)
+        if futures and (state.batcher is None or state.batcher.done()):
+            state.batcher = state.loop.create_task(self._run_batcher(state))
+        return list(await asyncio.gather(*futures))
+
+    async def update_weights(self, weights: WeightsSource, version: int) -> None:
+        """Copy new weights into the engine's model (cast to its dtype) and set ``version``.
+
+        ``weights``: ``(name, tensor)`` pairs named as in the HF model's ``state_dict`` (a subset is
+        fine; tied weights may come under either name), or a checkpoint directory / ``.safetensors``
+        file. Runs between batches: a batch in flight finishes with the old weights and version.
+        """
+        if self._closed:
+            raise RuntimeError("HFEngine is closed; build a new engine")
+        if not isinstance(weights, str | os.PathLike):
+            weights = list(weights)  # gather in the caller's thread (a trainer may yield lazily)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, functools.partial(self._load_weights, weights, version))
+
+    async def pause(self) -> None:
+        """Start no new batch until ``resume()``; returns once the batch in flight (if any) is done.
+
+        Requests keep queueing while paused and run after ``resume()``.
+        """
+        self._paused = True
+        state = self._loop_state()
+        state.unheld.clear()
+        await state.idle.wait()
+
+    async def resume(self) -> None:
+        self._paused = False
+        self._release_if_unheld()
+
+    async def sleep(self) -> None:
+        """Finish the batch in flight, then free memory (weights move to CPU on an accelerator).
+
+        ``generate`` raises until ``wake_up()``; requests queued before ``sleep`` wait for it.
+        """
+        self._asleep = True
+        state = self._loop_state()
+        state.unheld.clear()
+        await state.idle.wait()
+        await state.loop.run_in_executor(self._executor, self._offload)
+
+    async def wake_up(self) -> None:
+        if self._asleep:
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._onload)
+        self._asleep = False
+        self._release_if_unheld()
+
+    def close(self) -> None:
+        """Fail queued requests and stop the worker thread (a batch in flight runs to its end)."""
+        if self._closed:
+            return
+        self._closed = True
+        state, self._state = self._state, None
+        if state is not None and not state.loop.is_closed():
+            error = RuntimeError("HFEngine was closed while this request was queued")
+            for pending in state.pending:
+                state.loop.call_soon_threadsafe(_fail, pending.future, error)
+            state.pending.clear()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------------------------------------
+    # Batching
+    # ------------------------------------------------------------------------------------------------
+
+    def _loop_state(self) -> _LoopState:
+        loop = asyncio.get_running_loop()
+        if self._state is None or self._state.loop is not loop:
+            self._state = _LoopState(loop, held=self._paused or self._asleep)
+        return self._state
+
+    def _release_if_unheld(self) -> None:
+        if self._state is not None and not (self._paused or self._asleep):
+            self._state.unheld.set()
+
+    async def _run_batcher(self, state: _LoopState) -> None:
+        """Run batches until the queue is empty, then exit (the next ``generate`` starts a new one)."""
+        while True:
+            # Let callers scheduled alongside the current ones enqueue, so they share this batch.
+            for _ in range(3):
+                await asyncio.sleep(0)
+            if self.batch_wait_s > 0 and len(state.pending) < self.max_batch_size:
+                await asyncio.sleep(self.batch_wait_s)
+            await state.unheld.wait()
+            batch: list[_Pending] = []
+            while state.pending and len(batch) < self.max_batch_size:
+                pending = state.pending.popleft()
+                if not pending.future.done():  # skip callers that were cancelled
+                    batch.append(pending)
+            if not batch:
+                if not state.pending:
+                    return
+                continue
+            state.idle.clear()
+            try:
+                completions = await state.loop.run_in_executor(
+                    self._executor,
+                    functools.partial(self._run_batch, [p.request for p in batch], [p.seed for p in batch]),
+                )
+            except Exception as error:  # one failing batch fails its callers, not the engine
+                for pending in batch:
+                    _fail(pending.future, error)
+            else:
+                for pending, completion in zip(batch, completions):
+                    if not pending.future.done():
+                        pending.future.set_result(completion)
+            finally:
+                state.idle.set()
+
+    def _run_batch(self, requests: list[GenerationRequest], seeds: list[int]) -> list[Completion]:
+        """Worker thread: generate one batch with the current weights."""
+        started = time.perf_counter()
+        completions = generate_batch(
+            self.model, self.tokenizer, requests, seeds, self.limits, version=self._version
+        )
+        self.stats.batches += 1
+        self.stats.requests += len(requests)
+        self.stats.prompt_tokens += sum(len(r.prompt_ids) for r in requests)
+        self.stats.completion_tokens += sum(len(c.token_ids) for c in completions)
+        self.stats.busy_seconds += time.perf_counter() - started
+        return completions
+
+    def _validate(self, request: GenerationRequest) -> None:
+        ids = request.prompt_ids
+        if not ids:
+            raise ValueError("GenerationRequest.prompt_ids is empty; give at least one prompt token")
+        if min(ids) < 0 or max(ids) >= self._vocab_size:
+            raise ValueError(
+                f"GenerationRequest.prompt_ids holds ids outside [0, {self._vocab_size}); "
+                "tokenize with this engine's tokenizer"
+            )
+        if len(ids) >= self.limits.max_positions:
+            raise ValueError(
+                f"prompt of {len(ids)} tokens leaves no room in the model's context of "
+                f"{self.limits.max_positions}; shorten the prompt"
+            )
+
+    # ------------------------------------------------------------------------------------------------
+    # Weights and memory (worker thread)
+    # ------------------------------------------------------------------------------------------------
+
+    def _load_weights(self, weights: list[tuple[str, Any]] | str | os.PathLike[str], version: int) -> None:
+        # Tied weights appear under both names (remove_duplicate=False); copying either updates both.
+        targets = {
+            **dict(self.model.named_parameters(remove_duplicate=False)),
+            **dict(self.model.named_buffers(remove_duplicate=False)),
+        }
+        if isinstance(weights, str | os.PathLike):
+            self._load_checkpoint(Path(weights), targets)
+        else:
+            _check_weights(((name, tensor.shape) for name, tensor in weights), targets)
+            with torch.no_grad():
+                for name, tensor in weights:
+                    targets[name].copy_(tensor.detach())  # copy_ casts to the engine's dtype and device
+        self._version = version
+
+    def _load_checkpoint(self, path: Path, targets: dict[str, torch.Tensor]) -> None:
+        from safetensors import safe_open
+
+        files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path]
+        if not files or not all(f.is_file() for f in files):
+            raise FileNotFoundError(f"update_weights: no .safetensors checkpoint at {path}")
+        handles = [safe_open(str(f), framework="pt") for f in files]
+        _check_weights(
+            ((name, handle.get_slice(name).get_shape()) for handle in handles for name in handle.keys()),
+            targets,
+        )
+        with torch.no_grad():
+            for handle in handles:
+                for name in handle.keys():
+                    targets[name].copy_(handle.get_tensor(name))
+
+    def _offload(self) -> None:
+        if self.device.type != "cpu":
+            self.model.to("cpu")
+            getattr(torch, self.device.type).empty_cache()
+        gc.collect()
+
+    def _onload(self) -> None:
+        if self.device.type != "cpu":
+            self.model.to(self.device)
+
+
+def _check_weights(shapes: Iterable[tuple[str, Any]], targets: dict[str, torch.Tensor]) -> None:
+    """Reject a whole update, before any weight is touched, on an unknown name or a wrong shape."""
+    unknown = []
+    for name, shape in shapes:
+        if name not in targets:
+            unknown.append(name)
+        elif tuple(shape) != tuple(targets[name].shape):
+            raise ValueError(
+                f"update_weights: {name} has shape {tuple(shape)}, the engine expects {tuple(targets[name].shape)}"
+            )
+    if unknown:
+        raise KeyError(
+            f"update_weights: {len(unknown)} unknown weight name(s), e.g. {unknown[:3]}; names must follow "
+            f"the HF model's state_dict (e.g. {next(iter(targets))!r})"
+        )
+
+
+def _fail(future: asyncio.Future[Any], error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)
+
+
+def _as_id_list(ids: int | Iterable[int] | None) -> list[int]:
+    if ids is None:
+        return []
+    return [ids] if isinstance(ids, int) else [int(i) for i in ids]
+
+
+def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:
+    """Every token that ends a completion: tokenizer EOS, generation_config EOS, and ``<|im_end|>``."""
+    ids = set(_as_id_list(tokenizer.eos_token_id))
+    generation_config = getattr(model, "generation_config", None)
+    if generation_config is not None:
+        ids |= set(_as_id_list(generation_config.eos_token_id))
+    im_end = tokenizer.get_vocab().get("<|im_end|>")
+    if im_end is not None:
+        ids.add(int(im_end))
+    return ids
+
+
+def _pad_id(tokenizer: PreTrainedTokenizerBase) -> int:
+    for candidate in (tokenizer.pad_token_id, tokenizer.eos_token_id):
+        if isinstance(candidate, int):
+            return candidate
+    return 0  # padded positions are masked out, any valid id works

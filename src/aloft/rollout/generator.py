@@ -1,0 +1,277 @@
+"""The Generator: drives env <-> engine for many trajectories at once, token-in/token-out.
+
+One trajectory (``_run_episode``)::
+
+    env = make(row.env_class); messages = env.reset(row.prompt)
+    prompt_ids = tokenize(chat_template(messages, add_generation_prompt))      # once
+    repeat up to max_turns:
+        completion = engine.generate(prompt_ids + completion_ids)              # token ids in
+        append completion.token_ids   (loss_mask 1, sampler logprobs)         # token ids out
+        out = env.step(completion.text); reward on this turn's last token
+        if out.done: stop
+        append tokenize(observations) (loss_mask 0, logprobs 0)               # tokenized once
+
+Every trajectory is its own coroutine, so a batch of prompts x samples is in flight together and
+the engine batches their requests; env calls run in threads so a slow tool never blocks the loop.
+An env that raises ends that trajectory with status ``env_error`` and reward 0, never the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from aloft.gym import Env, make
+from aloft.inference.base import InferenceEngine
+from aloft.types import (
+    GenerationRequest,
+    Message,
+    RolloutStatus,
+    SamplingParams,
+    Trajectory,
+    TrajectoryGroup,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class PromptRow(Protocol):
+    """What the generator needs of a dataset row (``aloft.data.DatasetRow`` fits)."""
+
+    prompt: list[Message]
+    env_class: str | None
+    extras: dict[str, Any]
+    index: int
+
+
+class ChatTokenizer(Protocol):
+    """The slice of an HF tokenizer the generator uses."""
+
+    eos_token_id: int | None
+
+    def apply_chat_template(self, conversation: list[Any], **kwargs: Any) -> Any: ...
+    def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = ...) -> str: ...
+
+
+@dataclass
+class ChatFormatter:
+    """Renders prompts and observations with the tokenizer's chat template, tokenizing each once.
+
+    Observations are the template's rendering of the new messages *after* a finished assistant turn,
+    including the header that opens the next assistant turn. If the policy's turn did not end with
+    the end-of-turn token (length limit, stop string), the template's closing tokens are appended
+    as part of the observation (loss_mask 0): the policy is never trained on tokens it did not emit.
+    """
+
+    tokenizer: ChatTokenizer
+    _turn_close: list[int] = field(default_factory=list, init=False)
+    _base_ids: list[int] = field(default_factory=list, init=False)
+    _base: list[Message] = field(default_factory=list, init=False)
+
+    def __post_init__(self) -> None:
+        self._base = [
+            {"role": "system", "content": "S"},
+            {"role": "user", "content": "U"},
+            {"role": "assistant", "content": "A"},
+        ]
+        self._base_ids = self._encode(self._render(self._base, add_generation_prompt=False))
+        # Tokens the template puts after an assistant message's content: end-of-turn (+ newline).
+        a_text = self._render(self._base, add_generation_prompt=False)
+        tail = a_text[a_text.rindex("A") + 1 :]
+        self._turn_close = self._encode(tail)
+
+    def _render(self, messages: list[Message], add_generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def prompt_ids(self, messages: list[Message]) -> list[int]:
+        return self._encode(self._render(messages, add_generation_prompt=True))
+
+    def observation_ids(self, observations: list[Message], last_policy_ids: list[int]) -> list[int]:
+        """Tokens that close the policy's turn (if it did not) and present ``observations``."""
+        full = self._encode(self._render([*self._base, *observations], add_generation_prompt=True))
+        assert full[: len(self._base_ids)] == self._base_ids, "chat template is not prefix-stable"
+        new = full[len(self._base_ids) :]
+        close = self._turn_close
+        # How much of the closing sequence the policy already emitted (usually the EOS token).
+        emitted = 0
+        for k in range(len(close), 0, -1):
+            if last_policy_ids[-k:] == close[:k]:
+                emitted = k
+                break
+        return close[emitted:] + new
+
+
+@dataclass(kw_only=True)
+class EpisodeLimits:
+    max_turns: int = 1
+    """Most policy turns in one trajectory."""
+    max_total_tokens: int = 1024
+    """Token budget for the whole completion (policy turns plus observations)."""
+
+
+class Generator:
+    """Produces ``TrajectoryGroup`` s for dataset rows with any engine and any registered env."""
+
+    def __init__(
+        self,
+        engine: InferenceEngine,
+        tokenizer: ChatTokenizer,
+        *,
+        limits: EpisodeLimits,
+        env_configs: dict[str, dict[str, Any]] | None = None,
+        default_env: str | None = None,
+        env_factory: Callable[..., Env] = make,
+    ) -> None:
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.chat = ChatFormatter(tokenizer)
+        self.limits = limits
+        self.env_configs = env_configs or {}
+        self.default_env = default_env
+        self.env_factory = env_factory
+
+    def generate_sync(self, rows: Sequence[PromptRow], **kwargs: Any) -> list[TrajectoryGroup]:
+        return asyncio.run(self.generate(rows, **kwargs))
+
+    async def generate(
+        self,
+        rows: Sequence[PromptRow],
+        *,
+        n: int,
+        sampling: SamplingParams,
+        seed: int,
+        group_prefix: str = "g",
+    ) -> list[TrajectoryGroup]:
+        """``n`` trajectories for every row, all in flight at once.
+
+        ``seed`` fixes sampling: sample ``j`` of row ``i`` at turn ``t`` uses a seed derived from
+        (seed, i, j, t), so results do not depend on batching or on timing.
+        """
+        tasks = []
+        for i, row in enumerate(rows):
+            for j in range(n):
+                tasks.append(self._run_episode(row, f"{group_prefix}{i}", sampling, seed=_mix(seed, i, j)))
+        trajectories = await asyncio.gather(*tasks)
+        groups = []
+        for i in range(len(rows)):
+            groups.append(TrajectoryGroup(group_id=f"{group_prefix}{i}", trajectories=trajectories[i * n : (i + 1) * n]))
+        return groups
+
+    async def _run_episode(
+        self, row: PromptRow, group_id: str, sampling: SamplingParams, seed: int
+    ) -> Trajectory:
+        env_class = row.env_class or self.default_env
+        if env_class is None:
+            raise ValueError(f"row {row.index} has no env_class and no default env: set env.name=ENV_ID")
+        t_start = time.perf_counter()
+        env_seconds = 0.0
+        prompt_ids: list[int] = []
+        completion_ids: list[int] = []
+        loss_mask: list[int] = []
+        logprobs: list[float] = []
+        rewards: list[float] = []
+        observation_spans: list[list[int]] = []
+        status = RolloutStatus.LENGTH
+        error: str | None = None
+        policy_version = self.engine.version
+        turns = 0
+        env: Env | None = None
+        try:
+            env = await asyncio.to_thread(self.env_factory, env_class, self.env_configs.get(env_class), row.extras)
+            messages, _ = await asyncio.to_thread(env.reset, list(row.prompt))
+            prompt_ids = self.chat.prompt_ids(messages)
+            for turn in range(self.limits.max_turns):
+                budget = self.limits.max_total_tokens - len(completion_ids)
+                if budget <= 0:
+                    status = RolloutStatus.LENGTH
+                    break
+                request = GenerationRequest(
+                    prompt_ids=prompt_ids + completion_ids,
+                    sampling=replace(sampling, max_tokens=min(sampling.max_tokens, budget), seed=_mix(seed, turn)),
+                    session_id=f"{group_id}/{seed}",
+                )
+                (completion,) = await self.engine.generate([request])
+                if turn == 0:
+                    policy_version = completion.policy_version
+                turns += 1
+                completion_ids += completion.token_ids
+                loss_mask += [1] * len(completion.token_ids)
+                logprobs += completion.logprobs
+                rewards += [0.0] * len(completion.token_ids)
+                if completion.finish_reason == "abort":
+                    status = RolloutStatus.ABORTED
+                    break
+                text = completion.text or self.tokenizer.decode(completion.token_ids, skip_special_tokens=True)
+                t_env = time.perf_counter()
+                out = await asyncio.to_thread(env.step, text)
+                env_seconds += time.perf_counter() - t_env
+                if rewards:
+                    rewards[-1] += float(out.reward)
+                if out.done:
+                    status = RolloutStatus.STOP if completion.finish_reason == "stop" else RolloutStatus.LENGTH
+                    break
+                if out.info.get("tool_timeout"):
+                    status = RolloutStatus.TOOL_TIMEOUT
+                obs_ids = self.chat.observation_ids(out.observations, completion.token_ids)
+                start = len(completion_ids)
+                completion_ids += obs_ids
+                loss_mask += [0] * len(obs_ids)
+                logprobs += [0.0] * len(obs_ids)
+                rewards += [0.0] * len(obs_ids)
+                observation_spans.append([start, len(completion_ids)])
+            else:
+                status = RolloutStatus.LENGTH  # turn limit reached without the env saying done
+        except Exception as exc:  # an env failure fails this trajectory, not the run
+            logger.warning("env %s failed on row %s: %r", env_class, row.index, exc)
+            status = RolloutStatus.ENV_ERROR
+            error = repr(exc)
+            rewards = [0.0] * len(completion_ids)
+        finally:
+            metrics = {}
+            if env is not None:
+                try:
+                    metrics = {k: float(v) for k, v in env.metrics().items()}
+                    env.close()
+                except Exception as exc:
+                    logger.warning("env %s close/metrics failed: %r", env_class, exc)
+        info: dict[str, Any] = {
+            "row_index": row.index,
+            "env_class": env_class,
+            "turns": turns,
+            "observation_spans": observation_spans,
+            "seconds": time.perf_counter() - t_start,
+            "env_seconds": env_seconds,
+        }
+        if error:
+            info["error"] = error
+        return Trajectory(
+            prompt_ids=prompt_ids,
+            completion_ids=completion_ids,
+            loss_mask=loss_mask,
+            sampler_logprobs=logprobs,
+            rewards=rewards,
+            status=status,
+            group_id=group_id,
+            policy_version=policy_version,
+            metrics=metrics,
+            info=info,
+        )
+
+
+def _mix(*values: int) -> int:
+    """A stable 63-bit hash of integers (Python's hash() of ints is stable but too regular)."""
+    h = 0xCBF29CE484222325
+    for v in values:
+        for byte in int(v).to_bytes(8, "little", signed=True):
+            h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h & 0x7FFFFFFFFFFFFFFF

@@ -1,0 +1,248 @@
+"""Wiring: build every component of a run from its config (the only place that knows them all)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+import random
+import shutil
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+import yaml
+
+from aloft import algorithms, gym
+from aloft.config import AloftConfig, ConfigError, save_config
+from aloft.data import DatasetRow, PromptLoader, build_dataset, read_rows, write_rows
+from aloft.inference import make_engine
+from aloft.inference.base import InferenceEngine
+from aloft.models import load_tokenizer, resolve_model_path
+from aloft.rollout import EpisodeLimits, Generator
+from aloft.tracking import JsonlSink, MetricsLogger, TensorBoardSink, WandbSink
+from aloft.training import CriticWorker, OptimSettings, PolicyWorker, ReferenceWorker
+
+T = TypeVar("T")
+
+
+@dataclass
+class Components:
+    cfg: AloftConfig
+    run_dir: Path
+    tokenizer: Any
+    pad_token_id: int
+    train_rows: list[DatasetRow]
+    eval_rows: list[DatasetRow]
+    loader: PromptLoader
+    policy: PolicyWorker
+    reference: ReferenceWorker | None
+    critic: CriticWorker | None
+    engine: InferenceEngine
+    generator: Generator
+    loop: asyncio.AbstractEventLoop
+    logger: MetricsLogger = field(default_factory=lambda: MetricsLogger([]))
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine on the run's single event loop (the engine's batcher lives on it)."""
+        return self.loop.run_until_complete(coro)
+
+    def open_loggers(self, resume_step: int | None) -> None:
+        sinks: list[Any] = []
+        names = self.cfg.trainer.loggers
+        if "jsonl" in names:
+            sinks.append(JsonlSink(self.run_dir / "metrics.jsonl", resume_step=resume_step))
+        if "tensorboard" in names:
+            sinks.append(TensorBoardSink(self.run_dir / "tensorboard", purge_step=(resume_step or 0) + 1 if resume_step else None))
+        if "wandb" in names:
+            sinks.append(WandbSink(self.run_dir, self.cfg.trainer.name, self.cfg.model_dump(mode="json")))
+        self.logger = MetricsLogger(sinks)
+
+    def export_policy(self) -> Path:
+        """Write the policy in HF format to <run>/export (atomically)."""
+        final = self.run_dir / "export"
+        tmp = self.run_dir / f"export.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.policy.save_pretrained(str(tmp))
+        self.tokenizer.save_pretrained(str(tmp))
+        shutil.rmtree(final, ignore_errors=True)
+        os.rename(tmp, final)
+        return final
+
+
+def check_names(cfg: AloftConfig) -> None:
+    """Registry names in the config exist (config itself cannot import the registries)."""
+    algo = cfg.algorithm
+    if algo.advantage not in algorithms.advantage_estimators:
+        raise ConfigError(
+            f"algorithm.advantage={algo.advantage} is not a registered estimator; known: "
+            f"{sorted(algorithms.advantage_estimators)}"
+        )
+    if algo.policy_loss not in algorithms.policy_losses:
+        raise ConfigError(
+            f"algorithm.policy_loss={algo.policy_loss} is not a registered loss; known: {sorted(algorithms.policy_losses)}"
+        )
+    if cfg.env.name is not None and cfg.env.name not in gym.registered():
+        raise ConfigError(f"env.name={cfg.env.name} is not a registered env; known: {gym.registered()}")
+
+
+def seed_everything(seed: int, deterministic: bool, num_threads: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    if num_threads:
+        torch.set_num_threads(num_threads)
+    if deterministic:
+        torch.use_deterministic_algorithms(True)
+
+
+def _load_or_build_rows(cfg: AloftConfig, run_dir: Path) -> tuple[list[DatasetRow], list[DatasetRow]]:
+    data, env = cfg.data, cfg.env
+    default_env = env.name
+    if data.train_files:
+        train = [r for path in data.train_files for r in read_rows(path, default_env=default_env)]
+    else:
+        train = _built(run_dir / "data" / "train.jsonl", data.builder, data.train_size, cfg.trainer.seed, data.builder_args, default_env)
+    if data.eval_files:
+        evals = [r for path in data.eval_files for r in read_rows(path, default_env=default_env)]
+        evals = evals[: data.eval_size] if data.eval_size > 0 else evals
+    elif data.builder and data.eval_size > 0:
+        # A disjoint seed keeps eval prompts apart from training order (the task space may overlap).
+        evals = _built(run_dir / "data" / "eval.jsonl", data.builder, data.eval_size, cfg.trainer.seed + 1_000_003, data.builder_args, default_env)
+    else:
+        evals = []
+    if env.name is not None:  # env=NAME routes every row to that env
+        for row in [*train, *evals]:
+            row.env_class = env.name
+    return train, evals
+
+
+def _built(path: Path, builder: str | None, n: int, seed: int, args: dict[str, Any], default_env: str | None) -> list[DatasetRow]:
+    if not path.exists():  # built once per run dir, so a resumed run reads the same rows
+        assert builder is not None
+        write_rows(path, build_dataset(builder, n=n, seed=seed, **args))
+    return read_rows(path, default_env=default_env)
+
+
+def build_components(cfg: AloftConfig) -> Components:
+    for module in cfg.trainer.imports:  # user plugins register their envs / estimators / losses
+        importlib.import_module(module)
+    check_names(cfg)
+    tr = cfg.trainer
+    run_dir = Path(tr.run_root) / tr.name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _check_same_config(cfg, run_dir)
+    save_config(cfg, run_dir / "config.yaml")
+    seed_everything(tr.seed, tr.deterministic, tr.num_threads)
+
+    train_rows, eval_rows = _load_or_build_rows(cfg, run_dir)
+    loader = PromptLoader(train_rows, batch_size=tr.prompts_per_step, shuffle=cfg.data.shuffle, seed=tr.seed)
+
+    model_path = resolve_model_path(cfg.model.path)
+    tokenizer = load_tokenizer(model_path)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    gen, optim, algo = cfg.generator, cfg.optim, cfg.algorithm
+    optimizer_steps = tr.max_steps * algo.ppo_epochs * algo.mini_batches
+    policy = PolicyWorker(
+        model_path,
+        OptimSettings(
+            lr=optim.lr,
+            weight_decay=optim.weight_decay,
+            betas=optim.betas,
+            warmup_steps=optim.warmup_steps,
+            schedule=optim.schedule,
+            total_steps=optimizer_steps,
+            max_grad_norm=optim.max_grad_norm,
+            micro_batch_size=optim.micro_batch_size,
+            bf16_autocast=optim.bf16_autocast,
+        ),
+        temperature=gen.temperature,
+        gradient_checkpointing=cfg.model.gradient_checkpointing,
+        lora={"r": cfg.model.lora_rank, "alpha": cfg.model.lora_alpha, "target_modules": cfg.model.lora_target_modules},
+    )
+    reference = None
+    if algo.kl_coef > 0:
+        reference = ReferenceWorker(
+            model_path, temperature=gen.temperature, micro_batch_size=optim.micro_batch_size, bf16_autocast=optim.bf16_autocast
+        )
+    critic = None
+    if cfg.critic.enabled:
+        critic = CriticWorker(
+            resolve_model_path(cfg.critic.path or cfg.model.path),
+            OptimSettings(
+                lr=cfg.critic.lr,
+                total_steps=optimizer_steps,
+                max_grad_norm=optim.max_grad_norm,
+                micro_batch_size=optim.micro_batch_size,
+                bf16_autocast=optim.bf16_autocast,
+            ),
+        )
+    engine = make_engine(
+        cfg.engine.backend,
+        model_or_path=model_path,
+        tokenizer=tokenizer,
+        dtype=cfg.engine.dtype,
+        max_batch_size=cfg.engine.max_batch_size,
+    )
+    generator = Generator(
+        engine,
+        tokenizer,
+        limits=EpisodeLimits(max_turns=gen.max_turns, max_total_tokens=gen.max_total_tokens),
+        env_configs={cfg.env.name: cfg.env.config} if cfg.env.name else {},
+        default_env=cfg.env.name,
+    )
+    return Components(
+        cfg=cfg,
+        run_dir=run_dir,
+        tokenizer=tokenizer,
+        pad_token_id=int(pad),
+        train_rows=train_rows,
+        eval_rows=eval_rows,
+        loader=loader,
+        policy=policy,
+        reference=reference,
+        critic=critic,
+        engine=engine,
+        generator=generator,
+        loop=asyncio.new_event_loop(),
+    )
+
+
+# Keys that may change when a run is resumed (extending a run, turning output on or off).
+_RESUMABLE_CHANGES = {
+    "trainer.max_steps",
+    "trainer.eval_every",
+    "trainer.checkpoint_every",
+    "trainer.keep_checkpoints",
+    "trainer.progress_bar",
+    "trainer.loggers",
+    "trainer.save_rollouts",
+    "trainer.export_final",
+}
+
+
+def _check_same_config(cfg: AloftConfig, run_dir: Path) -> None:
+    saved_path = run_dir / "config.yaml"
+    if not saved_path.exists() or not (run_dir / "checkpoints").exists():
+        return
+    saved = _flatten(yaml.safe_load(saved_path.read_text()) or {})
+    now = _flatten(cfg.model_dump(mode="json"))
+    changed = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k) and k not in _RESUMABLE_CHANGES)
+    if changed:
+        raise ConfigError(
+            f"run directory {run_dir} holds a run with a different config ({', '.join(changed)}); "
+            "rerun with the same settings to resume, or pick a new trainer.name"
+        )
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and k not in ("builder_args", "config"):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out

@@ -1,0 +1,50 @@
+"""Eval: mean reward and pass@k of a policy on held-out rows (used by the trainer and `aloft eval`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from math import comb
+from statistics import fmean
+
+from aloft.rollout import Generator
+from aloft.rollout.generator import PromptRow
+from aloft.types import SamplingParams, Trajectory, TrajectoryGroup
+
+
+def is_success(traj: Trajectory) -> bool:
+    """A trajectory 'passes' when its env says correct, or (envs without that metric) reward > 0."""
+    if "correct" in traj.metrics:
+        return traj.metrics["correct"] > 0
+    return traj.reward > 0
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples with c successes (Chen et al., 2021)."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def summarize_groups(groups: Sequence[TrajectoryGroup], prefix: str = "eval/") -> dict[str, float]:
+    trajs = [t for g in groups for t in g.trajectories]
+    n = len(groups[0].trajectories)
+    out = {
+        f"{prefix}reward/mean": fmean(t.reward for t in trajs),
+        f"{prefix}completion/mean_len": fmean(t.num_policy_tokens for t in trajs),
+        f"{prefix}num_prompts": float(len(groups)),
+    }
+    k = 1
+    while k <= n:
+        out[f"{prefix}pass@{k}"] = fmean(pass_at_k(n, sum(map(is_success, g.trajectories)), k) for g in groups)
+        k *= 2
+    for name in sorted({m for t in trajs for m in t.metrics}):
+        out[f"{prefix}env/{name}"] = fmean(t.metrics.get(name, 0.0) for t in trajs)
+    return out
+
+
+async def evaluate(
+    generator: Generator, rows: Sequence[PromptRow], *, n: int, sampling: SamplingParams, seed: int
+) -> tuple[dict[str, float], list[TrajectoryGroup]]:
+    """Generate ``n`` samples per row and summarise them (eval always uses the same seed)."""
+    groups = await generator.generate(rows, n=n, sampling=sampling, seed=seed, group_prefix="eval")
+    return summarize_groups(groups), groups

@@ -1,0 +1,71 @@
+"""Checkpoint contents of a run and exact resume.
+
+``checkpoints/step_<n>/`` holds: ``policy.safetensors`` (+ ``policy_optim.pt``), the critic's
+likewise, and ``trainer_state.pt`` (step, loader cursor, the python / numpy / torch RNG states).
+Everything a step depends on is either in there or derived from (seed, step), so a run killed at any
+moment and started again with the same command continues exactly where the checkpoint left it.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from aloft.trainer.components import Components
+from aloft.training import CheckpointManager
+
+
+def checkpoints(c: Components) -> CheckpointManager:
+    return CheckpointManager(c.run_dir / "checkpoints", keep=c.cfg.trainer.keep_checkpoints)
+
+
+def save_checkpoint(c: Components, step: int) -> Path:
+    def write(d: Path) -> None:
+        save_file(_contiguous(c.policy.model.state_dict()), d / "policy.safetensors")
+        torch.save(c.policy.optim_state_dict(), d / "policy_optim.pt")
+        if c.critic is not None:
+            save_file(_contiguous(c.critic.model.state_dict()), d / "critic.safetensors")
+            torch.save(c.critic.optim_state_dict(), d / "critic_optim.pt")
+        torch.save(
+            {
+                "step": step,
+                "loader": c.loader.state_dict(),
+                "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
+            },
+            d / "trainer_state.pt",
+        )
+
+    return checkpoints(c).save(step, write)
+
+
+def load_checkpoint(c: Components) -> int | None:
+    """Restore the latest checkpoint into the components; returns its step (None: fresh run)."""
+    latest = checkpoints(c).latest()
+    if latest is None:
+        return None
+    c.policy.model.load_state_dict(load_file(latest / "policy.safetensors"))
+    c.policy.load_optim_state_dict(torch.load(latest / "policy_optim.pt", weights_only=False))
+    if c.critic is not None:
+        c.critic.model.load_state_dict(load_file(latest / "critic.safetensors"))
+        c.critic.load_optim_state_dict(torch.load(latest / "critic_optim.pt", weights_only=False))
+    state = torch.load(latest / "trainer_state.pt", weights_only=False)
+    c.loader.load_state_dict(state["loader"])
+    random.setstate(state["rng"]["python"])
+    np.random.set_state(state["rng"]["numpy"])
+    torch.set_rng_state(state["rng"]["torch"])
+    return int(state["step"])
+
+
+def _contiguous(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    # safetensors refuses shared storage (tied embeddings): store each tensor on its own.
+    seen: set[int] = set()
+    out = {}
+    for k, v in state.items():
+        ptr = v.data_ptr()
+        out[k] = v.detach().clone().contiguous() if ptr in seen else v.detach().contiguous()
+        seen.add(ptr)
+    return out

@@ -1,0 +1,257 @@
+"""The synchronous RL loop (DESIGN.md §1), top to bottom.
+
+    for step in 1..max_steps:
+        rows          <- loader.next_batch()                      prompts (cursor is checkpointed)
+        groups        <- generator(rows, n)                       trajectories, rewards (engine + envs)
+        batch         <- collate(groups)                          [B, P+T] tensors, loss_mask
+        old, ref, V   <- policy / reference / critic forward       (skipped when not needed)
+        A, returns    <- advantage_estimator(rewards, mask, groups, V)
+        policy.update(batch, A); critic.update(batch, returns)    clipped policy loss, value loss
+        engine.update_weights(policy weights, version=step)       weight sync
+        log metrics; eval every N steps; checkpoint every N steps
+
+Execution plans that overlap generation and training (one-step-off, fully async) reuse these same
+pieces: ``rollout``, ``train_on`` and ``sync_weights`` are separate methods for that reason.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from aloft.algorithms import (
+    apply_kl_penalty_to_rewards,
+    apply_soft_overlong_penalty,
+    drop_zero_variance_groups,
+    get_advantage_estimator,
+    kl_divergence,
+    overlong_filter_mask,
+)
+from aloft.config import AloftConfig
+from aloft.rollout.generator import _mix
+from aloft.trainer.components import Components, build_components
+from aloft.trainer.evaluation import evaluate
+from aloft.trainer.resume import load_checkpoint, save_checkpoint
+from aloft.trainer.step_metrics import env_token_share, rollout_metrics, sampler_logprob_diff
+from aloft.training import TrainBatch, collate
+from aloft.types import SamplingParams, Trajectory, TrajectoryGroup
+
+
+@dataclass
+class StepResult:
+    metrics: dict[str, float]
+    groups: list[TrajectoryGroup]
+
+
+class Trainer:
+    """Owns a run directory and runs the synchronous plan; rerunning it resumes."""
+
+    def __init__(self, config: AloftConfig) -> None:
+        self.cfg = config
+        self.c: Components = build_components(config)
+        self.step = 0
+        resumed = load_checkpoint(self.c)
+        if resumed is not None:
+            self.step = resumed
+            self.sync_weights(version=self.step)
+        self.c.open_loggers(resume_step=resumed)
+
+    # ---------------------------------------------------------------- the loop
+    def fit(self) -> dict[str, float]:
+        cfg, c = self.cfg.trainer, self.c
+        last: dict[str, float] = {}
+        if self.step == 0 and cfg.eval_before_training:
+            last.update(self.run_eval())
+        bar = tqdm(total=cfg.max_steps, initial=self.step, disable=not cfg.progress_bar, desc=cfg.name, unit="step")
+        while self.step < cfg.max_steps:
+            self.step += 1
+            t0 = time.perf_counter()
+
+            rows, groups, sampling_stats = self.rollout(self.step)
+            t_gen = time.perf_counter()
+
+            train_metrics = self.train_on(groups, self.step)
+            t_train = time.perf_counter()
+
+            self.sync_weights(version=self.step)
+            t_sync = time.perf_counter()
+
+            trajectories = [t for g in groups for t in g.trajectories]
+            tokens = sum(len(t.prompt_ids) + len(t.completion_ids) for t in trajectories)
+            metrics = {
+                **rollout_metrics(trajectories),
+                **sampling_stats,
+                **train_metrics,
+                "timing/step_s": t_sync - t0,
+                "timing/generate_s": t_gen - t0,
+                "timing/train_s": t_train - t_gen,
+                "timing/sync_s": t_sync - t_train,
+                "throughput/tokens_per_s": tokens / (t_sync - t0),
+                "policy_version": float(self.step),
+            }
+            c.logger.log(metrics, self.step)
+            if cfg.save_rollouts:
+                self._save_rollouts(groups)
+            last.update(metrics)
+            if cfg.eval_every and self.step % cfg.eval_every == 0 or self.step == cfg.max_steps:
+                last.update(self.run_eval())
+            if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 or self.step == cfg.max_steps:
+                save_checkpoint(c, self.step)
+            bar.update(1)
+            bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}", eval=f"{last.get('eval/reward/mean', float('nan')):.3f}")
+        bar.close()
+        if cfg.export_final:
+            c.export_policy()
+        c.logger.close()
+        return last
+
+    # ---------------------------------------------------------------- stages
+    def rollout(self, step: int) -> tuple[list[Any], list[TrajectoryGroup], dict[str, float]]:
+        """Sample prompts and generate their groups; with dynamic sampling, refill dropped groups."""
+        algo, c = self.cfg.algorithm, self.c
+        want = self.cfg.trainer.prompts_per_step
+        rows = c.loader.next_batch()
+        groups = self._generate(rows, step, round_=0)
+        stats: dict[str, float] = {}
+        if algo.dynamic_sampling:
+            kept, dropped = drop_zero_variance_groups(groups)
+            rounds = 1
+            while len(kept) < want and rounds < algo.max_sampling_rounds:
+                more_rows = c.loader.next_batch()
+                more, more_dropped = drop_zero_variance_groups(self._generate(more_rows, step, round_=rounds))
+                kept += more
+                dropped += more_dropped
+                rows += more_rows
+                rounds += 1
+            groups = kept[:want] if kept else groups  # never train on nothing: fall back to the raw batch
+            stats = {"sampling/dropped_groups": float(dropped), "sampling/rounds": float(rounds)}
+        if algo.overlong_buffer_len:
+            groups = apply_soft_overlong_penalty(
+                groups,
+                self.cfg.generator.max_new_tokens * self.cfg.generator.max_turns,
+                algo.overlong_buffer_len,
+                algo.overlong_penalty_factor,
+            )
+        return rows, groups, stats
+
+    def _generate(self, rows: list[Any], step: int, round_: int) -> list[TrajectoryGroup]:
+        gen = self.cfg.generator
+        sampling = SamplingParams(
+            max_tokens=gen.max_new_tokens, temperature=gen.temperature, top_p=gen.top_p, top_k=gen.top_k, stop=gen.stop
+        )
+        seed = _mix(self.cfg.trainer.seed, step, round_)
+        return self.c.run(
+            self.c.generator.generate(rows, n=gen.n_samples, sampling=sampling, seed=seed, group_prefix=f"s{step}r{round_}g")
+        )
+
+    def train_on(self, groups: list[TrajectoryGroup], step: int) -> dict[str, float]:
+        """Advantages and one policy (and critic) update on a step's groups."""
+        algo, c = self.cfg.algorithm, self.c
+        trajectories = [t for g in groups for t in g.trajectories if t.prompt_ids]
+        group_index = {g.group_id: i for i, g in enumerate(groups)}
+        batch = collate(trajectories, c.pad_token_id, group_index)
+        if algo.overlong_filter:
+            keep = torch.tensor(overlong_filter_mask(trajectories), dtype=torch.float32)
+            batch.loss_mask *= keep[:, None]
+        metrics: dict[str, float] = {"mask/env_token_share": env_token_share(trajectories, batch)}
+
+        on_policy = algo.ppo_epochs == 1 and algo.mini_batches == 1
+        need_old = not on_policy or (algo.kl_coef > 0 and algo.kl_penalty == "reward")
+        old_logprobs = c.policy.compute_logprobs(batch) if need_old else None
+        ref_logprobs = c.reference.compute_logprobs(batch) if c.reference is not None else None
+        values = c.critic.compute_values(batch) if c.critic is not None else None
+        if old_logprobs is not None:
+            metrics["logprob/sampler_abs_diff"] = sampler_logprob_diff(old_logprobs, batch)
+
+        rewards = batch.rewards
+        if ref_logprobs is not None:
+            current = old_logprobs if old_logprobs is not None else batch.sampler_logprobs
+            metrics["policy/kl_to_ref"] = _masked_mean(kl_divergence(current, ref_logprobs, "k1"), batch.loss_mask)
+            if algo.kl_penalty == "reward":
+                rewards = apply_kl_penalty_to_rewards(
+                    rewards, current, ref_logprobs, batch.loss_mask, algo.kl_coef, algo.kl_estimator
+                )
+        estimator = get_advantage_estimator(algo.advantage)
+        advantages, returns = estimator(rewards, batch.loss_mask, batch.group_ids, values, algo)
+        metrics["advantage/mean"] = _masked_mean(advantages, batch.loss_mask)
+        metrics["advantage/abs_mean"] = _masked_mean(advantages.abs(), batch.loss_mask)
+
+        max_len = self.cfg.generator.max_total_tokens
+        for epoch in range(algo.ppo_epochs):
+            mini_batches = self._mini_batches(batch, len(groups), step, epoch)
+            policy_metrics = c.policy.update(
+                batch,
+                advantages,
+                algo,
+                old_logprobs=old_logprobs,
+                ref_logprobs=ref_logprobs,
+                mini_batches=mini_batches,
+                max_len=max_len,
+            )
+            if c.critic is not None and values is not None:
+                policy_metrics.update(c.critic.update(batch, values, returns, algo.value_clip, mini_batches))
+            if epoch == 0:
+                metrics.update(policy_metrics)
+        metrics["train/policy_tokens"] = float(batch.loss_mask.sum())
+        return metrics
+
+    def _mini_batches(self, batch: TrainBatch, num_groups: int, step: int, epoch: int) -> list[list[int]]:
+        """Row indices per mini-batch; whole groups stay together; order shuffled per epoch."""
+        n = self.cfg.algorithm.mini_batches
+        if n == 1:
+            return [list(range(batch.num_rows))]
+        order = torch.randperm(num_groups, generator=torch.Generator().manual_seed(_mix(self.cfg.trainer.seed, step, epoch)))
+        per = max(1, num_groups // n)
+        out = []
+        for k in range(n):
+            chosen = set(order[k * per : (k + 1) * per].tolist())
+            out.append([i for i in range(batch.num_rows) if int(batch.group_ids[i]) in chosen])
+        return [rows for rows in out if rows]
+
+    def sync_weights(self, version: int) -> None:
+        self.c.run(self.c.engine.update_weights(self.c.policy.named_weights(), version))
+
+    def run_eval(self) -> dict[str, float]:
+        c, gen = self.c, self.cfg.generator
+        if not c.eval_rows:
+            return {}
+        t0 = time.perf_counter()
+        sampling = SamplingParams(max_tokens=gen.max_new_tokens, temperature=gen.eval_temperature, top_p=gen.top_p, top_k=gen.top_k, stop=gen.stop)
+        metrics, _ = self.c.run(
+            evaluate(c.generator, c.eval_rows, n=gen.eval_n_samples, sampling=sampling, seed=self.cfg.trainer.seed + 10_007)
+        )
+        metrics["timing/eval_s"] = time.perf_counter() - t0
+        c.logger.log(metrics, self.step)
+        return metrics
+
+    def _save_rollouts(self, groups: list[TrajectoryGroup]) -> None:
+        path = self.c.run_dir / "rollouts" / f"step_{self.step}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        decode = self.c.tokenizer.decode
+        with path.open("w") as f:
+            for g in groups:
+                for t in g.trajectories:
+                    f.write(json.dumps(_rollout_record(t, decode)) + "\n")
+
+
+def _rollout_record(t: Trajectory, decode: Any) -> dict[str, Any]:
+    return {"prompt": decode(t.prompt_ids), "completion": decode(t.completion_ids), **t.to_json()}
+
+
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
+    return float((x * mask).sum() / mask.sum().clamp(min=1))
+
+
+def train(config: AloftConfig) -> dict[str, float]:
+    """Run (or resume) a training run; returns the last step's and last eval's metrics."""
+    return Trainer(config).fit()
+
+
+def run_dir_of(config: AloftConfig) -> Path:
+    return Path(config.trainer.run_root) / config.trainer.name

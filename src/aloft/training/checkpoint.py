@@ -1,0 +1,74 @@
+"""Atomic, retained checkpoints: ``<root>/step_<n>/`` appears whole or not at all.
+
+A checkpoint is written into ``step_<n>.tmp-<pid>/`` and renamed into place only after every file
+is flushed, so a run killed mid-write (even with SIGKILL) leaves the previous checkpoint intact and
+the partial one is ignored and cleaned up on the next start.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+
+
+class CheckpointManager:
+    def __init__(self, root: str | Path, keep: int = 2) -> None:
+        self.root = Path(root)
+        self.keep = max(1, keep)
+
+    def steps(self) -> list[int]:
+        """Steps with a complete checkpoint, ascending."""
+        if not self.root.is_dir():
+            return []
+        found = (_STEP_DIR.match(p.name) for p in self.root.iterdir() if p.is_dir())
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def latest(self) -> Path | None:
+        steps = self.steps()
+        return self.root / f"step_{steps[-1]}" if steps else None
+
+    def save(self, step: int, write: Callable[[Path], None]) -> Path:
+        """Call ``write(tmp_dir)`` then publish it as ``step_<step>`` and prune old ones."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._remove_partial()
+        final = self.root / f"step_{step}"
+        tmp = self.root / f"step_{step}.tmp-{os.getpid()}"
+        tmp.mkdir()
+        write(tmp)
+        _fsync_tree(tmp)
+        if final.exists():  # re-saving a step (e.g. after a resume): replace it
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        _fsync_dir(self.root)
+        for old in self.steps()[: -self.keep]:
+            shutil.rmtree(self.root / f"step_{old}", ignore_errors=True)
+        return final
+
+    def _remove_partial(self) -> None:
+        for p in self.root.iterdir():
+            if p.is_dir() and ".tmp-" in p.name:
+                shutil.rmtree(p, ignore_errors=True)
+
+
+def _fsync_tree(path: Path) -> None:
+    for dirpath, _, files in os.walk(path):
+        for name in files:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(dirpath))
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

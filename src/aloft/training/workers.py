@@ -1,0 +1,335 @@
+"""Model workers for single-process training: policy, reference and critic.
+
+Each worker owns a model (fp32 master weights) and, when trainable, its optimizer and LR schedule.
+They take a ``TrainBatch`` and return tensors aligned with its completion columns ``[B, T]``.
+Mini-batches are split into micro-batches that all divide by the mini-batch's ``LossNormalizer``,
+so gradients add up to exactly the full mini-batch's gradient whatever the micro-batch size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from aloft.algorithms import (
+    LossNormalizer,
+    aggregate_loss,
+    clipped_value_loss,
+    entropy_from_logits,
+    get_policy_loss,
+    kl_divergence,
+    logprobs_from_logits,
+)
+from aloft.models import load_model
+from aloft.training.batch import TrainBatch, split_rows
+
+
+@dataclass(kw_only=True)
+class OptimSettings:
+    lr: float
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    warmup_steps: int = 0
+    schedule: str = "constant"
+    total_steps: int = 1
+    """Optimizer steps over the whole run (for linear/cosine decay)."""
+    max_grad_norm: float = 1.0
+    micro_batch_size: int = 8
+    bf16_autocast: bool = False
+
+
+def make_optimizer(params: list[nn.Parameter], s: OptimSettings) -> tuple[torch.optim.Optimizer, Any]:
+    # foreach=False keeps CPU AdamW bit-reproducible across runs and is no slower on 2 cores.
+    opt = torch.optim.AdamW(params, lr=s.lr, betas=s.betas, weight_decay=s.weight_decay, foreach=False)
+
+    def factor(step: int) -> float:
+        if step < s.warmup_steps:
+            return (step + 1) / (s.warmup_steps + 1)
+        if s.schedule == "constant":
+            return 1.0
+        progress = min(1.0, (step - s.warmup_steps) / max(1, s.total_steps - s.warmup_steps))
+        if s.schedule == "linear":
+            return 1.0 - progress
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
+
+
+def _autocast(enabled: bool) -> contextlib.AbstractContextManager:
+    return torch.autocast("cpu", dtype=torch.bfloat16) if enabled else contextlib.nullcontext()
+
+
+def completion_logits(model: nn.Module, batch: TrainBatch) -> torch.Tensor:
+    """[B, T, V] logits predicting each completion token (only those columns go through the LM head)."""
+    t = batch.completion_width
+    out = model(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids,
+        logits_to_keep=t + 1,
+        use_cache=False,
+    )
+    return out.logits[:, :-1]
+
+
+class _Trainable:
+    """Optimizer step bookkeeping shared by the policy and the critic."""
+
+    model: nn.Module
+    settings: OptimSettings
+
+    def _init_optim(self) -> None:
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer, self.scheduler = make_optimizer(params, self.settings)
+
+    def _step(self) -> float:
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if self.settings.max_grad_norm > 0:
+            norm = float(torch.nn.utils.clip_grad_norm_(params, self.settings.max_grad_norm))
+        else:
+            norm = float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params if p.grad is not None])))
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return norm
+
+    def optim_state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+
+    def load_optim_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+
+
+class PolicyWorker(_Trainable):
+    """The policy: logprobs, the clipped policy update, and named weights for the engine."""
+
+    def __init__(
+        self,
+        model_path: str,
+        settings: OptimSettings,
+        *,
+        temperature: float = 1.0,
+        gradient_checkpointing: bool = False,
+        lora: dict[str, Any] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.temperature = temperature if temperature > 0 else 1.0
+        self.entropy_in_loss = False
+        model = load_model(model_path, dtype=torch.float32)
+        model.config.use_cache = False
+        if gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.lora = bool(lora and lora.get("r", 0) > 0)
+        if self.lora:
+            from peft import LoraConfig, get_peft_model
+
+            model = get_peft_model(
+                model,
+                LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], target_modules=lora["target_modules"]),
+            )
+        self.model = model
+        self._init_optim()
+
+    def _logprobs_and_entropy(self, batch: TrainBatch, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        with _autocast(self.settings.bf16_autocast):
+            logits = completion_logits(self.model, batch)
+        logits = logits.float() / self.temperature
+        logprobs = logprobs_from_logits(logits, batch.completion_ids)
+        entropy = None
+        if with_entropy:  # [B, T, V] softmax: keep it out of the graph unless it is trained on
+            with torch.set_grad_enabled(torch.is_grad_enabled() and self.entropy_in_loss):
+                entropy = entropy_from_logits(logits if self.entropy_in_loss else logits.detach())
+        return logprobs, entropy
+
+    @torch.no_grad()
+    def compute_logprobs(self, batch: TrainBatch) -> torch.Tensor:
+        """[B, T] logprobs of the completion tokens under the current policy (no grad)."""
+        self.model.eval()
+        out = [self._logprobs_and_entropy(batch.select(rows), False)[0] for rows in self._micro(batch)]
+        return _pad_cat(out, batch.completion_width)
+
+    def update(
+        self,
+        batch: TrainBatch,
+        advantages: torch.Tensor,
+        algo: Any,
+        *,
+        old_logprobs: torch.Tensor | None,
+        ref_logprobs: torch.Tensor | None,
+        mini_batches: list[list[int]],
+        max_len: int,
+    ) -> dict[str, float]:
+        """One pass of optimizer steps, one per mini-batch (lists of row indices).
+
+        ``old_logprobs`` None means the batch is exactly on-policy (one epoch, one mini-batch): the
+        ratio's denominator is then the detached current logprobs, saving a forward pass.
+        """
+        self.model.train()
+        self.entropy_in_loss = algo.entropy_coef != 0
+        policy_loss = get_policy_loss(algo.policy_loss)
+        totals: dict[str, float] = defaultdict(float)
+        for rows in mini_batches:
+            mini = batch.select(rows)
+            normalizer = LossNormalizer.from_mask(mini.loss_mask, max_len=max_len)
+            tokens = max(normalizer.num_tokens, 1)
+            for micro_rows in split_rows(len(rows), self.settings.micro_batch_size):
+                global_rows = [rows[i] for i in micro_rows]
+                micro = batch.select(global_rows)
+                t = micro.completion_width
+                mask = micro.loss_mask
+                logprobs, entropy = self._logprobs_and_entropy(micro, with_entropy=True)
+                old = old_logprobs[global_rows, :t] if old_logprobs is not None else logprobs.detach()
+                loss, metrics = policy_loss(
+                    logprobs,
+                    old,
+                    advantages[global_rows, :t],
+                    mask,
+                    algo,
+                    micro.sampler_logprobs,
+                    normalizer=normalizer,
+                )
+                if ref_logprobs is not None and algo.kl_coef > 0 and algo.kl_penalty == "loss":
+                    kl = kl_divergence(logprobs, ref_logprobs[global_rows, :t], algo.kl_estimator)
+                    kl_loss = aggregate_loss(kl, mask, algo.loss_reduction, normalizer)
+                    loss = loss + algo.kl_coef * kl_loss
+                    totals["policy/kl_loss"] += float(kl_loss)
+                assert entropy is not None
+                entropy_mean = aggregate_loss(entropy, mask, "token_mean", normalizer)
+                if algo.entropy_coef:
+                    loss = loss - algo.entropy_coef * aggregate_loss(entropy, mask, algo.loss_reduction, normalizer)
+                loss.backward()
+                weight = float(mask.sum()) / tokens  # metrics are token-weighted means over the mini-batch
+                if old_logprobs is None:  # on-policy: these are the pre-update logprobs, compare to the sampler
+                    diff = ((logprobs.detach() - micro.sampler_logprobs).abs() * mask).sum() / tokens
+                    totals["logprob/sampler_abs_diff"] += float(diff)
+                totals["policy/loss"] += float(loss)
+                totals["policy/entropy"] += float(entropy_mean)
+                for k, v in metrics.items():
+                    totals[f"policy/{k}"] += float(v) * weight
+            totals["policy/grad_norm"] += self._step()
+            totals["policy/lr"] = self.scheduler.get_last_lr()[0]
+        n = len(mini_batches)
+        return {k: (v if k == "policy/lr" else v / n) for k, v in totals.items()}
+
+    def _micro(self, batch: TrainBatch) -> Iterator[list[int]]:
+        yield from split_rows(batch.num_rows, self.settings.micro_batch_size)
+
+    def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Parameters under the plain HF names (LoRA merged) for the inference engine."""
+        if not self.lora:
+            yield from self.model.state_dict().items()
+            return
+        self.model.merge_adapter()
+        try:
+            for name, tensor in self.model.state_dict().items():
+                if "lora_" in name:
+                    continue
+                yield name.replace("base_model.model.", "", 1).replace(".base_layer", ""), tensor.clone()
+        finally:
+            self.model.unmerge_adapter()
+
+    def save_pretrained(self, path: str) -> None:
+        """HF-format export (LoRA merged into a plain model)."""
+        model = self.model
+        if self.lora:
+            model = self.model.merge_and_unload(safe_merge=True)  # type: ignore[operator]
+            self.model = model
+            self.lora = False
+        model.save_pretrained(path, safe_serialization=True)
+
+
+class ReferenceWorker:
+    """A frozen copy of the initial policy for KL terms."""
+
+    def __init__(self, model_path: str, *, temperature: float, micro_batch_size: int, bf16_autocast: bool) -> None:
+        self.model = load_model(model_path, dtype=torch.float32).eval().requires_grad_(False)
+        self.temperature = temperature if temperature > 0 else 1.0
+        self.micro_batch_size = micro_batch_size
+        self.bf16_autocast = bf16_autocast
+
+    @torch.no_grad()
+    def compute_logprobs(self, batch: TrainBatch) -> torch.Tensor:
+        out = []
+        for rows in split_rows(batch.num_rows, self.micro_batch_size):
+            micro = batch.select(rows)
+            with _autocast(self.bf16_autocast):
+                logits = completion_logits(self.model, micro)
+            out.append(logprobs_from_logits(logits.float() / self.temperature, micro.completion_ids))
+        return _pad_cat(out, batch.completion_width)
+
+
+class ValueModel(nn.Module):
+    """A transformer backbone with a scalar head: V(s_t) for every position."""
+
+    def __init__(self, model_path: str) -> None:
+        super().__init__()
+        causal_lm = load_model(model_path, dtype=torch.float32)
+        self.backbone = causal_lm.get_decoder()
+        self.config = causal_lm.config
+        hidden = causal_lm.config.hidden_size
+        self.value_head = nn.Linear(hidden, 1)
+        nn.init.zeros_(self.value_head.weight)  # start from V = 0: no spurious early advantages
+        nn.init.zeros_(self.value_head.bias)
+
+    def forward(self, batch: TrainBatch) -> torch.Tensor:
+        """[B, T] value of the state before each completion token."""
+        hidden = self.backbone(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            position_ids=batch.position_ids,
+            use_cache=False,
+        ).last_hidden_state
+        p, t = batch.prompt_width, batch.completion_width
+        return self.value_head(hidden[:, p - 1 : p - 1 + t]).squeeze(-1).float()
+
+
+class CriticWorker(_Trainable):
+    def __init__(self, model_path: str, settings: OptimSettings) -> None:
+        self.settings = settings
+        self.model = ValueModel(model_path)
+        self._init_optim()
+
+    @torch.no_grad()
+    def compute_values(self, batch: TrainBatch) -> torch.Tensor:
+        self.model.eval()
+        out = []
+        for rows in split_rows(batch.num_rows, self.settings.micro_batch_size):
+            with _autocast(self.settings.bf16_autocast):
+                out.append(self.model(batch.select(rows)).float())
+        return _pad_cat(out, batch.completion_width)
+
+    def update(
+        self, batch: TrainBatch, old_values: torch.Tensor, returns: torch.Tensor, clip: float, mini_batches: list[list[int]]
+    ) -> dict[str, float]:
+        self.model.train()
+        totals: dict[str, float] = defaultdict(float)
+        for rows in mini_batches:
+            normalizer = LossNormalizer.from_mask(batch.select(rows).loss_mask)
+            for micro_rows in split_rows(len(rows), self.settings.micro_batch_size):
+                global_rows = [rows[i] for i in micro_rows]
+                micro = batch.select(global_rows)
+                t = micro.completion_width
+                with _autocast(self.settings.bf16_autocast):
+                    values = self.model(micro).float()
+                loss, metrics = clipped_value_loss(
+                    values, old_values[global_rows, :t], returns[global_rows, :t], micro.loss_mask, clip, normalizer
+                )
+                loss.backward()
+                totals["critic/loss"] += float(loss)
+                for k, v in metrics.items():
+                    totals[f"critic/{k}"] += float(v) / len(split_rows(len(rows), self.settings.micro_batch_size))
+            totals["critic/grad_norm"] += self._step()
+        return {k: v / len(mini_batches) for k, v in totals.items()}
+
+
+def _pad_cat(chunks: list[torch.Tensor], width: int) -> torch.Tensor:
+    """Concatenate [b_i, t_i] chunks (trimmed by ``select``) back to [B, width], zero-padded."""
+    return torch.cat([nn.functional.pad(c, (0, width - c.shape[1])) for c in chunks], dim=0)

@@ -1,0 +1,178 @@
+"""Torch-free contracts shared by every stage of the loop (DESIGN.md §3-§4).
+
+Every stage speaks these types: the gym produces ``Message`` lists, the inference engines take
+``GenerationRequest`` and return ``Completion``, the generator assembles ``Trajectory`` objects
+grouped into ``TrajectoryGroup``, and the trainer turns groups into tensors.
+
+Vocabulary: prompt / completion, ``logprobs``, ``loss_mask`` (1 = token sampled by the policy and
+trained on), ``sampler_logprobs`` (what the engine reported), ``policy_version``, ``group`` (the n
+samples of one prompt).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, TypedDict
+
+
+class Message(TypedDict, total=False):
+    """One chat message in the OpenAI format: ``{"role": ..., "content": ...}``."""
+
+    role: str
+    content: str
+    tool_calls: list[dict[str, Any]]
+    name: str
+
+
+class RolloutStatus(str, Enum):
+    """How a trajectory ended."""
+
+    STOP = "stop"
+    """The policy stopped (EOS / stop string) and the env said done."""
+    LENGTH = "length"
+    """A token budget ran out (max new tokens, max total tokens) or the turn limit was reached."""
+    ENV_ERROR = "env_error"
+    """The environment raised; the trajectory is kept but reward is 0 and it is reported."""
+    TOOL_TIMEOUT = "tool_timeout"
+    """A tool ran past its time limit."""
+    ABORTED = "aborted"
+    """Generation was aborted (engine paused for good, shutdown)."""
+
+
+@dataclass(kw_only=True)
+class SamplingParams:
+    """Sampling settings for one generation request.
+
+    ``temperature == 0`` means greedy decoding. Sampler logprobs are always reported under the
+    temperature-scaled distribution ``log_softmax(logits / temperature)`` (temperature 1 when greedy),
+    before top-p / top-k truncation: that is the distribution the trainer recomputes.
+    """
+
+    max_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    """0 (or -1) disables top-k."""
+    stop: list[str] = field(default_factory=list)
+    """Stop strings; the completion ends after the token that completes one (the string is kept)."""
+    stop_token_ids: list[int] = field(default_factory=list)
+    """Extra stop token ids besides the tokenizer's EOS."""
+    seed: int | None = None
+    """Per-request seed: the same seed and prompt give the same tokens regardless of batching."""
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ValueError(f"SamplingParams.max_tokens must be >= 1, got {self.max_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"SamplingParams.temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
+
+
+@dataclass(kw_only=True)
+class GenerationRequest:
+    """One token-in request to an ``InferenceEngine``."""
+
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    session_id: str | None = None
+    """Groups the turns of one trajectory (engines may use it for cache reuse or sticky routing)."""
+
+
+@dataclass(kw_only=True)
+class Completion:
+    """What an engine returns for one request: token-out, with a logprob per generated token."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+    """``"stop"`` (EOS, stop token or stop string), ``"length"`` (max_tokens) or ``"abort"``."""
+    text: str = ""
+    policy_version: int = 0
+
+    def __post_init__(self) -> None:
+        if len(self.token_ids) != len(self.logprobs):
+            raise ValueError(
+                f"Completion has {len(self.token_ids)} token_ids but {len(self.logprobs)} logprobs"
+            )
+
+
+@dataclass(kw_only=True)
+class Trajectory:
+    """One episode, flat and mask-aligned.
+
+    ``completion_ids`` holds everything after the prompt: policy tokens (``loss_mask`` 1) and env
+    observation tokens (``loss_mask`` 0), in order. ``sampler_logprobs`` and ``rewards`` have the same
+    length; ``sampler_logprobs`` is 0 where masked, ``rewards`` carries each turn's reward on that
+    turn's last policy token and 0 elsewhere.
+    """
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    loss_mask: list[int]
+    sampler_logprobs: list[float]
+    rewards: list[float]
+    status: RolloutStatus
+    group_id: str
+    policy_version: int = 0
+    metrics: dict[str, float] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+    """Free-form, JSON-serialisable extras for logging (prompt text, ground truth, turns, ...)."""
+
+    def __post_init__(self) -> None:
+        n = len(self.completion_ids)
+        for name in ("loss_mask", "sampler_logprobs", "rewards"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(
+                    f"Trajectory.{name} has length {len(getattr(self, name))}, "
+                    f"expected {n} (= len(completion_ids))"
+                )
+        if any(m not in (0, 1) for m in self.loss_mask):
+            raise ValueError("Trajectory.loss_mask must contain only 0 and 1")
+        if not all(math.isfinite(r) for r in self.rewards):
+            raise ValueError("Trajectory.rewards must be finite")
+        self.status = RolloutStatus(self.status)
+
+    @property
+    def reward(self) -> float:
+        """The episode return (sum of per-turn rewards)."""
+        return float(sum(self.rewards))
+
+    @property
+    def num_policy_tokens(self) -> int:
+        return int(sum(self.loss_mask))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "group_id": self.group_id,
+            "status": self.status.value,
+            "policy_version": self.policy_version,
+            "reward": self.reward,
+            "prompt_ids": self.prompt_ids,
+            "completion_ids": self.completion_ids,
+            "loss_mask": self.loss_mask,
+            "sampler_logprobs": self.sampler_logprobs,
+            "rewards": self.rewards,
+            "metrics": self.metrics,
+            "info": self.info,
+        }
+
+
+@dataclass(kw_only=True)
+class TrajectoryGroup:
+    """The n trajectories sampled for one prompt (the unit group-relative estimators work on)."""
+
+    group_id: str
+    trajectories: list[Trajectory]
+
+    @property
+    def rewards(self) -> list[float]:
+        return [t.reward for t in self.trajectories]
+
+    @property
+    def has_variance(self) -> bool:
+        """False when every sample got the same reward (zero advantage under group baselines)."""
+        r = self.rewards
+        return len(r) > 1 and max(r) - min(r) > 1e-9

@@ -1,0 +1,72 @@
+"""Config: presets, dotted overrides, one-line errors, --help, saved resolved config."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from aloft.cli import main
+from aloft.config import AloftConfig, ConfigError, describe_fields, load_config, presets, save_config
+
+
+def test_quickstart_preset_and_overrides():
+    cfg = load_config("quickstart", ["trainer.max_steps=20", "algorithm.advantage=rloo", "optim.lr=1e-5",
+                                     "generator.stop=[foo, bar]", "env=arithmetic"])
+    assert "quickstart" in presets()
+    assert cfg.trainer.max_steps == 20 and cfg.algorithm.advantage == "rloo"
+    assert cfg.optim.lr == 1e-5 and cfg.generator.stop == ["foo", "bar"] and cfg.env.name == "arithmetic"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["trainer.max_stepz=3"], "unknown config key 'trainer.max_stepz'; did you mean 'trainer.max_steps'?"),
+        (["optim.lr=fast"], "config key 'optim.lr'"),
+        (["algorithm.advantage=gae"], "set critic.enabled=true"),
+        (["trainer.prompts_per_step=6", "algorithm.mini_batches=4"], "not divisible by algorithm.mini_batches=4"),
+        (["generator.n_samples=1"], "set generator.n_samples >= 2"),
+        (["generator.max_new_tokens=100", "generator.max_total_tokens=50"], "raise max_total_tokens"),
+        (["algorithm.loss_reduction=mean"], "'token_mean', 'seq_mean_token_mean' or 'seq_mean_token_sum_norm'"),
+        (["trainer.max_steps=0"], "trainer.max_steps=0 must be >= 1"),
+        (["nosuchsection.x=1"], "unknown config key 'nosuchsection'"),
+    ],
+)
+def test_bad_config_is_one_clear_line(overrides, expected):
+    with pytest.raises(ConfigError) as info:
+        load_config("quickstart", overrides)
+    message = str(info.value)
+    assert expected in message and "\n" not in message
+
+
+def test_unknown_preset_lists_presets():
+    with pytest.raises(ConfigError, match="known presets"):
+        load_config("nope")
+
+
+def test_saved_config_round_trips(tmp_path):
+    cfg = load_config("quickstart", ["trainer.max_steps=7"])
+    save_config(cfg, tmp_path / "config.yaml")
+    assert AloftConfig.model_validate(yaml.safe_load((tmp_path / "config.yaml").read_text())) == cfg
+    assert load_config(str(tmp_path / "config.yaml")) == cfg
+
+
+def test_every_field_is_documented():
+    fields = describe_fields()
+    assert len(fields) > 60
+    undocumented = [key for key, _, _, doc in fields if not doc]
+    assert not undocumented
+
+
+def test_cli_help_version_and_errors(capsys):
+    assert main(["train", "--help"]) == 0
+    out = capsys.readouterr().out
+    for key, *_ in describe_fields():
+        assert key in out
+    assert main(["train", "quickstart", "trainer.max_stepz=2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("aloft: config error: unknown config key") and "\n" not in err
+    version = subprocess.run([sys.executable, "-m", "aloft.cli", "--version"], capture_output=True, text=True)
+    assert version.stdout.startswith("aloft 0.")

@@ -1,0 +1,29 @@
+"""The gym is torch-free and registers its built-in envs without importing them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import aloft
+
+SRC = str(Path(aloft.__file__).resolve().parents[1])
+
+
+def test_import_aloft_gym_does_not_import_torch_or_the_env_modules():
+    code = (
+        "import sys, aloft.gym; "
+        "print('torch' in sys.modules, 'transformers' in sys.modules, "
+        "'aloft.gym.envs.arithmetic' in sys.modules, aloft.gym.registered())"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": SRC},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False False False ['arithmetic']"

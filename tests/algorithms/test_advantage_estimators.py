@@ -241,7 +241,7 @@ def batches(draw, every_row_has_a_policy_token=False):
 
 
 @pytest.mark.parametrize("name", BUILTIN_ESTIMATORS)
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(batch=batches(), gamma=st.sampled_from([1.0, 0.9]), lam=st.sampled_from([1.0, 0.95]))
 def test_masked_tokens_change_nothing(make_config, name, batch, gamma, lam):
     rewards, mask, group_ids, values, garbage = batch
@@ -259,7 +259,7 @@ def test_masked_tokens_change_nothing(make_config, name, batch, gamma, lam):
 
 
 @pytest.mark.parametrize("name", GROUP_RELATIVE)
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(batch=batches(every_row_has_a_policy_token=True))
 def test_group_advantages_sum_to_zero(make_config, name, batch):
     rewards, mask, group_ids, _, _ = batch

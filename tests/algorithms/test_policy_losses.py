@@ -195,7 +195,7 @@ def loss_batches(draw):
 
 
 @pytest.mark.parametrize("name", BUILTIN_LOSSES)
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(batch=loss_batches(), reduction=st.sampled_from(LOSS_REDUCTIONS))
 def test_masked_tokens_change_nothing(make_config, name, batch, reduction):
     logprobs, old, advantages, mask, garbage = batch
@@ -232,7 +232,7 @@ def test_nan_padding_does_not_poison_loss_or_gradient(make_config, name):
 
 @pytest.mark.parametrize("name", BUILTIN_LOSSES)
 @pytest.mark.parametrize("reduction", LOSS_REDUCTIONS)
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(batch=loss_batches())
 def test_ratio_one_and_zero_advantages_give_zero_gradient(make_config, name, reduction, batch):
     logprobs, _, advantages, mask, _ = batch
@@ -247,7 +247,7 @@ def test_ratio_one_and_zero_advantages_give_zero_gradient(make_config, name, red
 
 
 @pytest.mark.parametrize("name", BUILTIN_LOSSES)
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(batch=loss_batches(), reduction=st.sampled_from(LOSS_REDUCTIONS), data=st.data())
 def test_loss_is_invariant_to_micro_batch_splitting(make_config, name, batch, reduction, data):
     logprobs, old, advantages, mask, _ = batch

@@ -129,6 +129,7 @@ class Generator:
         *,
         limits: EpisodeLimits,
         env_configs: dict[str, dict[str, Any]] | None = None,
+        default_env_config: dict[str, Any] | None = None,
         default_env: str | None = None,
         env_factory: Callable[..., Env] = make,
     ) -> None:
@@ -137,6 +138,7 @@ class Generator:
         self.chat = ChatFormatter(tokenizer)
         self.limits = limits
         self.env_configs = env_configs or {}
+        self.default_env_config = default_env_config
         self.default_env = default_env
         self.env_factory = env_factory
 
@@ -187,7 +189,7 @@ class Generator:
         turns = 0
         env: Env | None = None
         try:
-            env = await asyncio.to_thread(self.env_factory, env_class, self.env_configs.get(env_class), row.extras)
+            env = await asyncio.to_thread(self.env_factory, env_class, self.env_configs.get(env_class, self.default_env_config), row.extras)
             messages, _ = await asyncio.to_thread(env.reset, list(row.prompt))
             prompt_ids = self.chat.prompt_ids(messages)
             for turn in range(self.limits.max_turns):

@@ -191,7 +191,7 @@ def build_components(cfg: AloftConfig) -> Components:
         engine,
         tokenizer,
         limits=EpisodeLimits(max_turns=gen.max_turns, max_total_tokens=gen.max_total_tokens),
-        env_configs={cfg.env.name: cfg.env.config} if cfg.env.name else {},
+        default_env_config=cfg.env.config,
         default_env=cfg.env.name,
     )
     return Components(

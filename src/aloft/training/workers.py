@@ -200,7 +200,7 @@ class PolicyWorker(_Trainable):
                     kl = kl_divergence(logprobs, ref_logprobs[global_rows, :t], algo.kl_estimator)
                     kl_loss = aggregate_loss(kl, mask, algo.loss_reduction, normalizer)
                     loss = loss + algo.kl_coef * kl_loss
-                    totals["policy/kl_loss"] += float(kl_loss)
+                    totals["policy/kl_loss"] += float(kl_loss.detach())
                 assert entropy is not None
                 entropy_mean = aggregate_loss(entropy, mask, "token_mean", normalizer)
                 if algo.entropy_coef:
@@ -210,7 +210,7 @@ class PolicyWorker(_Trainable):
                 if old_logprobs is None:  # on-policy: these are the pre-update logprobs, compare to the sampler
                     diff = ((logprobs.detach() - micro.sampler_logprobs).abs() * mask).sum() / tokens
                     totals["logprob/sampler_abs_diff"] += float(diff)
-                totals["policy/loss"] += float(loss)
+                totals["policy/loss"] += float(loss.detach())
                 totals["policy/entropy"] += float(entropy_mean)
                 for k, v in metrics.items():
                     totals[f"policy/{k}"] += float(v) * weight
@@ -323,7 +323,7 @@ class CriticWorker(_Trainable):
                     values, old_values[global_rows, :t], returns[global_rows, :t], micro.loss_mask, clip, normalizer
                 )
                 loss.backward()
-                totals["critic/loss"] += float(loss)
+                totals["critic/loss"] += float(loss.detach())
                 for k, v in metrics.items():
                     totals[f"critic/{k}"] += float(v) / len(split_rows(len(rows), self.settings.micro_batch_size))
             totals["critic/grad_norm"] += self._step()

@@ -141,12 +141,13 @@ class PolicyWorker(_Trainable):
     def _logprobs_and_entropy(self, batch: TrainBatch, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         with _autocast(self.settings.bf16_autocast):
             logits = completion_logits(self.model, batch)
-        logits = logits.float() / self.temperature
-        logprobs = logprobs_from_logits(logits, batch.completion_ids)
+        # Half-precision logits are upcast a row at a time inside (no [B, T, V] float32 copy).
+        logprobs = logprobs_from_logits(logits, batch.completion_ids, temperature=self.temperature)
         entropy = None
         if with_entropy:  # [B, T, V] softmax: keep it out of the graph unless it is trained on
             with torch.set_grad_enabled(torch.is_grad_enabled() and self.entropy_in_loss):
-                entropy = entropy_from_logits(logits if self.entropy_in_loss else logits.detach())
+                source = logits if self.entropy_in_loss else logits.detach()
+                entropy = entropy_from_logits(source, temperature=self.temperature)
         return logprobs, entropy
 
     @torch.no_grad()
@@ -262,7 +263,7 @@ class ReferenceWorker:
             micro = batch.select(rows)
             with _autocast(self.bf16_autocast):
                 logits = completion_logits(self.model, micro)
-            out.append(logprobs_from_logits(logits.float() / self.temperature, micro.completion_ids))
+            out.append(logprobs_from_logits(logits, micro.completion_ids, temperature=self.temperature))
         return _pad_cat(out, batch.completion_width)
 
 

@@ -82,8 +82,9 @@ class GeneratorConfig(Section):
 class EngineConfig(Section):
     backend: str = "hf"
     """Inference engine (hf is the embedded default)."""
-    dtype: Literal["float32", "bfloat16"] = "bfloat16"
-    """Engine weight dtype; bfloat16 is ~2x faster on CPUs with avx512_bf16."""
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """Engine weight dtype; auto = bfloat16 where the hardware has native bf16 math (GPUs, CPUs with
+    avx512_bf16/AMX), float32 elsewhere (bf16 is several times slower on an AVX2-only CPU)."""
     max_batch_size: int = 64
     """Most sequences the engine decodes at once."""
 
@@ -154,8 +155,9 @@ class OptimConfig(Section):
     """Gradient clipping norm (0 disables)."""
     micro_batch_size: int = 8
     """Sequences per forward/backward; the loss does not depend on it."""
-    bf16_autocast: bool = True
-    """bfloat16 autocast for training forward/backward (fp32 master weights)."""
+    bf16_autocast: bool | Literal["auto"] = "auto"
+    """bfloat16 autocast for training forward/backward (fp32 master weights); auto = only where the
+    hardware has native bf16 math."""
 
 
 class CriticConfig(Section):

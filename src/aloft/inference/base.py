@@ -8,14 +8,14 @@ pull in torch or any concrete engine. Engines register under a backend name with
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from aloft.types import Completion, GenerationRequest
 
-WeightsSource = Iterable[tuple[str, Any]] | str
-"""Named tensors ``(name, torch.Tensor)`` following the HF model's ``state_dict`` names, or the path of
-a directory (or single file) of HF safetensors checkpoints."""
+WeightsSource = Iterable[tuple[str, Any]] | Mapping[str, Any] | str
+"""Named tensors (``(name, torch.Tensor)`` pairs or a ``{name: tensor}`` mapping) following the HF
+model's ``state_dict`` names, or the path of a directory (or single file) of HF safetensors weights."""
 
 
 @runtime_checkable

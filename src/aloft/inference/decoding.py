@@ -1,8 +1,9 @@
 """One batch of token-in/token-out generation with a KV cache: left-padded prefill, then one token per step.
 
-``generate_batch`` is synchronous (the engine runs it in a worker thread). Rows finish independently
-(EOS / stop token, stop string, ``max_tokens``, context limit); a finished row is dropped from the batch
-and from the KV cache at once, so the remaining rows decode as a smaller batch.
+``generate_batch`` is synchronous (the engine runs it in a worker thread). Identical prompts (the n
+samples of a GRPO group) are prefilled once and share the result. Rows finish independently (EOS / stop
+token, stop string, ``max_tokens``, context limit); a finished row is dropped from the batch and from the
+KV cache at once, so the remaining rows decode as a smaller batch.
 """
 
 from __future__ import annotations
@@ -66,6 +67,17 @@ def _finish_reason(row: _Row, token: int, tokenizer: PreTrainedTokenizerBase, ro
     return None
 
 
+def _left_pad(prompts: list[tuple[int, ...]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(input_ids [U, T], attention_mask [U, T])`` with each prompt right-aligned (left padding)."""
+    width = max(len(p) for p in prompts)
+    input_ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, prompt in enumerate(prompts):
+        input_ids[i, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+        attention_mask[i, width - len(prompt) :] = 1
+    return input_ids, attention_mask
+
+
 @torch.inference_mode()
 def generate_batch(
     model: PreTrainedModel,
@@ -78,8 +90,9 @@ def generate_batch(
 ) -> list[Completion]:
     """Generate a completion for every request (same order), sampling row i with ``seeds[i]``.
 
-    Shapes: prompts are left-padded to ``[B, T]``; ``position_ids`` count real tokens only, so a
-    padded row sees the same positions as it would alone.
+    Shapes: the U distinct prompts are left-padded to ``[U, T]`` and prefilled once; the cache is then
+    expanded to the B rows. ``position_ids`` count real tokens only, so a padded row sees the same
+    positions as it would alone.
     """
     device = model.device
     rows = [
@@ -96,27 +109,30 @@ def generate_batch(
     top_p = torch.tensor([r.request.sampling.top_p for r in rows], dtype=torch.float32)
 
     prompt_lengths = [len(r.request.prompt_ids) for r in rows]
-    width = max(prompt_lengths)
-    input_ids = torch.full((len(rows), width), limits.pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        input_ids[i, width - prompt_lengths[i] :] = torch.tensor(row.request.prompt_ids, dtype=torch.long)
-        attention_mask[i, width - prompt_lengths[i] :] = 1
-    position_ids = (attention_mask.cumsum(dim=-1) - 1).clamp_(min=0)  # [B, T]
-    next_positions = position_ids[:, -1] + 1  # [B]
-
     cache = DynamicCache()
     forward_kwargs = {cache_kwarg(model): cache, "use_cache": True, "logits_to_keep": 1}
-    logits = (
-        model(
-            input_ids=input_ids.to(device),
-            attention_mask=attention_mask.to(device),
-            position_ids=position_ids.to(device),
-            **forward_kwargs,
+    # Prefill each distinct prompt once (the n samples of a group share it), then give every row
+    # its prompt's cache, mask, positions and next-token logits.
+    distinct: dict[tuple[int, ...], int] = {}
+    source = [distinct.setdefault(tuple(r.request.prompt_ids), len(distinct)) for r in rows]
+    input_ids, attention_mask = _left_pad(list(distinct), limits.pad_id)  # [U, T]
+    position_ids = (attention_mask.cumsum(dim=-1) - 1).clamp_(min=0)  # [U, T]: padding does not count
+    logits = model(
+        input_ids=input_ids.to(device),
+        attention_mask=attention_mask.to(device),
+        position_ids=position_ids.to(device),
+        **forward_kwargs,
+    ).logits[:, -1, :]  # [U, V]
+    next_positions = position_ids[:, -1] + 1  # [U]
+    if len(distinct) < len(rows):
+        row_source = torch.tensor(source, dtype=torch.long)
+        cache.batch_select_indices(row_source.to(device))
+        logits, attention_mask, next_positions = (
+            logits[row_source.to(device)],
+            attention_mask[row_source],
+            next_positions[row_source],
         )
-        .logits[:, -1, :]
-        .cpu()
-    )  # [B, V]; sampling runs on CPU with per-row CPU generators
+    logits = logits.cpu()  # [B, V]; sampling runs on CPU with per-row CPU generators
 
     active = list(range(len(rows)))  # batch position -> row index
     active_index = torch.arange(len(rows))

@@ -23,7 +23,7 @@ import os
 import random
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +35,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from aloft.inference.base import WeightsSource, register_engine
 from aloft.inference.decoding import DecodeLimits, generate_batch
 from aloft.models.loading import load_model, load_tokenizer
+from aloft.models.precision import fast_dtype
 from aloft.types import Completion, GenerationRequest
 
 _DTYPES = {
@@ -47,11 +48,13 @@ _DTYPES = {
 }
 
 
-def _parse_dtype(dtype: str | torch.dtype) -> torch.dtype:
+def _parse_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
+    if dtype == "auto":
+        return fast_dtype(device)
     if dtype not in _DTYPES:
-        raise ValueError(f"HFEngine: unknown dtype {dtype!r}; use one of {', '.join(_DTYPES)}")
+        raise ValueError(f"HFEngine: unknown dtype {dtype!r}; use one of auto, {', '.join(_DTYPES)}")
     return _DTYPES[dtype]
 
 
@@ -98,7 +101,9 @@ class HFEngine:
         model_or_path: a model directory / built-in name / hub id (loaded in ``dtype``), or a
             ``PreTrainedModel`` (copied, so training the original never races with generation).
         tokenizer: needed with a model object; loaded from ``model_or_path`` when it is a name.
-        dtype: weights' dtype for generation ("float32" or "bfloat16"; logprobs are always float32).
+        dtype: weights' dtype for generation: "float32", "bfloat16", or "auto" (bfloat16 where the
+            hardware has native bf16 math, e.g. AVX512-BF16/AMX CPUs, else float32). Logprobs are
+            always computed in float32 from the logits.
         max_batch_size: most rows decoded together.
         device: where the engine's copy lives ("cpu", "cuda", ...).
         seed: seeds the engine RNG that draws a seed for each request without one.
@@ -118,7 +123,7 @@ class HFEngine:
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"HFEngine: max_batch_size must be >= 1, got {max_batch_size}")
-        torch_dtype = _parse_dtype(dtype)
+        torch_dtype = _parse_dtype(dtype, torch.device(device))
         if isinstance(model_or_path, str | os.PathLike):
             model = load_model(str(model_or_path), dtype=torch_dtype)
             tokenizer = tokenizer if tokenizer is not None else str(model_or_path)
@@ -182,13 +187,15 @@ class HFEngine:
     async def update_weights(self, weights: WeightsSource, version: int) -> None:
         """Copy new weights into the engine's model (cast to its dtype) and set ``version``.
 
-        ``weights``: ``(name, tensor)`` pairs named as in the HF model's ``state_dict`` (a subset is
-        fine; tied weights may come under either name), or a checkpoint directory / ``.safetensors``
-        file. Runs between batches: a batch in flight finishes with the old weights and version.
+        ``weights``: ``(name, tensor)`` pairs or a mapping, named as in the HF model's ``state_dict`` (a
+        subset is fine; tied weights may come under either name), or a checkpoint directory /
+        ``.safetensors`` file. An unknown name or wrong shape rejects the whole update. Runs between batches: a batch in flight finishes with the old weights and version.
         """
         if self._closed:
             raise RuntimeError("HFEngine is closed; build a new engine")
-        if not isinstance(weights, str | os.PathLike):
+        if isinstance(weights, Mapping):
+            weights = list(weights.items())
+        elif not isinstance(weights, str | os.PathLike):
             weights = list(weights)  # gather in the caller's thread (a trainer may yield lazily)
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, functools.partial(self._load_weights, weights, version))
@@ -275,9 +282,16 @@ class HFEngine:
                     self._executor,
                     functools.partial(self._run_batch, [p.request for p in batch], [p.seed for p in batch]),
                 )
-            except Exception as error:  # one failing batch fails its callers, not the engine
+            except BaseException as error:
+                # A failing batch fails its own callers, not the engine; cancellation (loop shutdown,
+                # close()) must not leave them waiting forever either.
+                reason = (
+                    error if isinstance(error, Exception) else RuntimeError("HFEngine batch was cancelled")
+                )
                 for pending in batch:
-                    _fail(pending.future, error)
+                    _fail(pending.future, reason)
+                if not isinstance(error, Exception):
+                    raise
             else:
                 for pending, completion in zip(batch, completions):
                     if not pending.future.done():

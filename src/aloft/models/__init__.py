@@ -8,6 +8,7 @@ from aloft.models.loading import (
     load_tokenizer,
     resolve_model_path,
 )
+from aloft.models.precision import cpu_has_native_bf16, fast_dtype
 from aloft.models.tiny import build_tiny_model, build_tiny_tokenizer
 
 __all__ = [
@@ -16,6 +17,8 @@ __all__ = [
     "build_tiny_model",
     "build_tiny_tokenizer",
     "cache_dir",
+    "cpu_has_native_bf16",
+    "fast_dtype",
     "load_model",
     "load_tokenizer",
     "resolve_model_path",

@@ -191,9 +191,8 @@ def load_model(name_or_path: str, dtype: torch.dtype = torch.float32) -> PreTrai
     try:
         with quiet_progress_bars():
             model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, attn_implementation="sdpa")
-    except OSError as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise _unavailable(name_or_path, first_line) from error
+    except (OSError, ValueError) as error:  # transformers raises ValueError for a dir without a config
+        raise _load_error(name_or_path, source, error) from error
     model.eval()
     return model
 
@@ -203,6 +202,13 @@ def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerBase:
     source = resolve_model_path(name_or_path)
     try:
         return AutoTokenizer.from_pretrained(source)
-    except OSError as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise _unavailable(name_or_path, first_line) from error
+    except (OSError, ValueError) as error:  # transformers raises ValueError for a dir without a config
+        raise _load_error(name_or_path, source, error) from error
+
+
+def _load_error(name: str, source: str, error: Exception) -> ModelUnavailableError:
+    """One line for a failed ``from_pretrained``: a broken local directory or an unreachable hub id."""
+    first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    if Path(source).is_dir():
+        return ModelUnavailableError(f"cannot load model {name!r} from {source}: {first_line}")
+    return _unavailable(name, first_line)

@@ -22,6 +22,8 @@ from transformers import (
     Qwen2Config,
 )
 
+from aloft.models.loading import quiet_progress_bars
+
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 END_OF_TEXT = "<|endoftext|>"
@@ -141,6 +143,7 @@ def build_tiny_model(
     )
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path)
+    with quiet_progress_bars():
+        model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return str(path)

@@ -21,7 +21,7 @@ from aloft.config import AloftConfig, ConfigError, save_config
 from aloft.data import DatasetRow, PromptLoader, build_dataset, read_rows, write_rows
 from aloft.inference import make_engine
 from aloft.inference.base import InferenceEngine
-from aloft.models import load_tokenizer, resolve_model_path
+from aloft.models import fast_dtype, load_tokenizer, resolve_model_path
 from aloft.rollout import EpisodeLimits, Generator
 from aloft.tracking import JsonlSink, MetricsLogger, TensorBoardSink, WandbSink
 from aloft.training import CriticWorker, OptimSettings, PolicyWorker, ReferenceWorker
@@ -145,6 +145,7 @@ def build_components(cfg: AloftConfig) -> Components:
     tokenizer = load_tokenizer(model_path)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     gen, optim, algo = cfg.generator, cfg.optim, cfg.algorithm
+    autocast = optim.bf16_autocast if optim.bf16_autocast != "auto" else fast_dtype("cpu") == torch.bfloat16
     optimizer_steps = tr.max_steps * algo.ppo_epochs * algo.mini_batches
     policy = PolicyWorker(
         model_path,
@@ -157,7 +158,7 @@ def build_components(cfg: AloftConfig) -> Components:
             total_steps=optimizer_steps,
             max_grad_norm=optim.max_grad_norm,
             micro_batch_size=optim.micro_batch_size,
-            bf16_autocast=optim.bf16_autocast,
+            bf16_autocast=autocast,
         ),
         temperature=gen.temperature,
         gradient_checkpointing=cfg.model.gradient_checkpointing,
@@ -166,7 +167,7 @@ def build_components(cfg: AloftConfig) -> Components:
     reference = None
     if algo.kl_coef > 0:
         reference = ReferenceWorker(
-            model_path, temperature=gen.temperature, micro_batch_size=optim.micro_batch_size, bf16_autocast=optim.bf16_autocast
+            model_path, temperature=gen.temperature, micro_batch_size=optim.micro_batch_size, bf16_autocast=autocast
         )
     critic = None
     if cfg.critic.enabled:
@@ -177,7 +178,7 @@ def build_components(cfg: AloftConfig) -> Components:
                 total_steps=optimizer_steps,
                 max_grad_norm=optim.max_grad_norm,
                 micro_batch_size=optim.micro_batch_size,
-                bf16_autocast=optim.bf16_autocast,
+                bf16_autocast=autocast,
             ),
         )
     engine = make_engine(

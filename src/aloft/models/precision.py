@@ -1,0 +1,32 @@
+"""Which float format is fast on this hardware (shared by the engine and the trainer)."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import torch
+
+
+def fast_dtype(device: torch.device | str = "cpu") -> torch.dtype:
+    """bfloat16 where the hardware multiplies it natively, else float32.
+
+    On a CPU without AVX512-BF16/AMX, bf16 is converted on the fly: measured on a 2-core AVX2 EPYC,
+    SmolLM2-135M generated ~2.7x slower in bf16 than in fp32, and a training step was ~25x slower
+    under bf16 autocast.
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
+    if device.type == "cpu":
+        return torch.bfloat16 if cpu_has_native_bf16() else torch.float32
+    return torch.float32
+
+
+@functools.cache
+def cpu_has_native_bf16() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags

@@ -14,7 +14,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     from aloft.models import build_tiny_model
 
-    return build_tiny_model(tmp_path_factory.mktemp("tiny-model") / "llama", hidden_size=64, num_layers=2, seed=0)
+    return build_tiny_model(
+        tmp_path_factory.mktemp("tiny-model") / "llama", hidden_size=64, num_layers=2, seed=0
+    )
 
 
 @pytest.fixture

@@ -20,7 +20,10 @@ def test_import_layers_hold():
 
 def test_ruff_is_clean():
     result = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "src", "tests", "benchmarks"], cwd=REPO, capture_output=True, text=True
+        [sys.executable, "-m", "ruff", "check", "src", "tests", "benchmarks"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 0, result.stdout[-3000:]
 

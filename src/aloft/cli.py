@@ -1,8 +1,8 @@
 """The ``aloft`` command: train, eval, --version.
 
-    aloft train quickstart trainer.max_steps=20 algorithm.advantage=rloo
-    aloft train --help                      # every config field with its doc
-    aloft eval runs/quickstart --builder arithmetic --size 64 --n 4
+aloft train quickstart trainer.max_steps=20 algorithm.advantage=rloo
+aloft train --help                      # every config field with its doc
+aloft eval runs/quickstart --builder arithmetic --size 64 --n 4
 """
 
 from __future__ import annotations
@@ -25,9 +25,14 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("train", help="train (or resume) a run: aloft train PRESET_OR_YAML [key=value ...]")
     ev = sub.add_parser("eval", help="mean reward and pass@k of a model, run or checkpoint on a dataset")
-    ev.add_argument("model", help="model dir, built-in name, run dir (uses export/ or the latest checkpoint) or checkpoint dir")
+    ev.add_argument(
+        "model",
+        help="model dir, built-in name, run dir (uses export/ or the latest checkpoint) or checkpoint dir",
+    )
     ev.add_argument("--data", nargs="*", default=[], help="eval files (.jsonl/.parquet)")
-    ev.add_argument("--builder", default=None, help="built-in dataset builder when no --data (e.g. arithmetic)")
+    ev.add_argument(
+        "--builder", default=None, help="built-in dataset builder when no --data (e.g. arithmetic)"
+    )
     ev.add_argument("--size", type=int, default=64, help="rows to build / evaluate")
     ev.add_argument("--seed", type=int, default=1_000_003, help="builder and sampling seed")
     ev.add_argument("--env", default=None, help="env id for every row (default: each row's env_class)")
@@ -59,7 +64,9 @@ def _train(argv: list[str]) -> int:
     except ConfigError as exc:
         print(f"aloft: config error: {exc}", file=sys.stderr)
         return 2
-    keys = [k for k in final if k.startswith("eval/reward") or k.startswith("eval/pass") or k == "reward/mean"]
+    keys = [
+        k for k in final if k.startswith("eval/reward") or k.startswith("eval/pass") or k == "reward/mean"
+    ]
     print(json.dumps({k: round(final[k], 4) for k in sorted(keys)}))
     return 0
 
@@ -89,7 +96,7 @@ def _eval(args: argparse.Namespace) -> int:
 
     from aloft.data import build_dataset, read_rows, validate_row
     from aloft.inference import make_engine
-    from aloft.models import load_tokenizer, resolve_model_path
+    from aloft.models import load_tokenizer
     from aloft.rollout import EpisodeLimits, Generator
     from aloft.trainer import evaluate
     from aloft.types import SamplingParams
@@ -99,7 +106,9 @@ def _eval(args: argparse.Namespace) -> int:
         rows = [r for path in args.data for r in read_rows(path, default_env=args.env)][: args.size]
     elif args.builder:
         raw = build_dataset(args.builder, n=args.size, seed=args.seed)
-        rows = [validate_row(r, i, f"builder {args.builder}", default_env=args.env) for i, r in enumerate(raw)]
+        rows = [
+            validate_row(r, i, f"builder {args.builder}", default_env=args.env) for i, r in enumerate(raw)
+        ]
     else:
         print("aloft: eval needs --data FILE or --builder NAME", file=sys.stderr)
         return 2
@@ -132,8 +141,14 @@ def _resolve_eval_model(path: Path, name: str) -> tuple[str, Path | None]:
     if (path / "policy.safetensors").exists():  # a checkpoint dir: runs/<name>/checkpoints/step_<n>
         return _base_model_of_run(path.parent.parent), path / "policy.safetensors"
     if (path / "checkpoints").is_dir():
-        steps = sorted((p for p in (path / "checkpoints").iterdir() if p.name.startswith("step_") and ".tmp" not in p.name),
-                       key=lambda p: int(p.name.split("_")[1]))
+        steps = sorted(
+            (
+                p
+                for p in (path / "checkpoints").iterdir()
+                if p.name.startswith("step_") and ".tmp" not in p.name
+            ),
+            key=lambda p: int(p.name.split("_")[1]),
+        )
         if steps:
             return _base_model_of_run(path), steps[-1] / "policy.safetensors"
     return resolve_model_path(name), None

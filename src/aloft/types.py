@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any, TypedDict
 
 
@@ -26,7 +26,7 @@ class Message(TypedDict, total=False):
     name: str
 
 
-class RolloutStatus(str, Enum):
+class RolloutStatus(StrEnum):
     """How a trajectory ended."""
 
     STOP = "stop"

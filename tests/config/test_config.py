@@ -13,8 +13,16 @@ from aloft.config import AloftConfig, ConfigError, describe_fields, load_config,
 
 
 def test_quickstart_preset_and_overrides():
-    cfg = load_config("quickstart", ["trainer.max_steps=20", "algorithm.advantage=rloo", "optim.lr=1e-5",
-                                     "generator.stop=[foo, bar]", "env=arithmetic"])
+    cfg = load_config(
+        "quickstart",
+        [
+            "trainer.max_steps=20",
+            "algorithm.advantage=rloo",
+            "optim.lr=1e-5",
+            "generator.stop=[foo, bar]",
+            "env=arithmetic",
+        ],
+    )
     assert "quickstart" in presets()
     assert cfg.trainer.max_steps == 20 and cfg.algorithm.advantage == "rloo"
     assert cfg.optim.lr == 1e-5 and cfg.generator.stop == ["foo", "bar"] and cfg.env.name == "arithmetic"
@@ -23,13 +31,22 @@ def test_quickstart_preset_and_overrides():
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
-        (["trainer.max_stepz=3"], "unknown config key 'trainer.max_stepz'; did you mean 'trainer.max_steps'?"),
+        (
+            ["trainer.max_stepz=3"],
+            "unknown config key 'trainer.max_stepz'; did you mean 'trainer.max_steps'?",
+        ),
         (["optim.lr=fast"], "config key 'optim.lr'"),
         (["algorithm.advantage=gae"], "set critic.enabled=true"),
-        (["trainer.prompts_per_step=6", "algorithm.mini_batches=4"], "not divisible by algorithm.mini_batches=4"),
+        (
+            ["trainer.prompts_per_step=6", "algorithm.mini_batches=4"],
+            "not divisible by algorithm.mini_batches=4",
+        ),
         (["generator.n_samples=1"], "set generator.n_samples >= 2"),
         (["generator.max_new_tokens=100", "generator.max_total_tokens=50"], "raise max_total_tokens"),
-        (["algorithm.loss_reduction=mean"], "'token_mean', 'seq_mean_token_mean' or 'seq_mean_token_sum_norm'"),
+        (
+            ["algorithm.loss_reduction=mean"],
+            "'token_mean', 'seq_mean_token_mean' or 'seq_mean_token_sum_norm'",
+        ),
         (["trainer.max_steps=0"], "trainer.max_steps=0 must be >= 1"),
         (["nosuchsection.x=1"], "unknown config key 'nosuchsection'"),
     ],

@@ -21,7 +21,12 @@ class SlowToolEnv(Env):
     def step(self, action: str) -> StepOutput:
         time.sleep(0.2)
         self.turn = getattr(self, "turn", 0) + 1
-        return StepOutput(observations=[{"role": "user", "content": "tool says 42"}], reward=0.5, done=self.turn >= 2, info={})
+        return StepOutput(
+            observations=[{"role": "user", "content": "tool says 42"}],
+            reward=0.5,
+            done=self.turn >= 2,
+            info={},
+        )
 
 
 if "test_slow_tool" not in registered():
@@ -40,9 +45,11 @@ def engine(tiny_model_dir, tokenizer):
 
 def rows(n: int, env: str | None = None):
     raw = build_dataset("arithmetic", n=n, seed=3)
-    return [validate_row(r, i, "test", default_env=None) for i, r in enumerate(raw)] if env is None else [
-        validate_row({**r, "env_class": env}, i, "test") for i, r in enumerate(raw)
-    ]
+    return (
+        [validate_row(r, i, "test", default_env=None) for i, r in enumerate(raw)]
+        if env is None
+        else [validate_row({**r, "env_class": env}, i, "test") for i, r in enumerate(raw)]
+    )
 
 
 def test_chat_formatter_matches_the_template(tokenizer):
@@ -62,8 +69,12 @@ def test_chat_formatter_matches_the_template(tokenizer):
 def test_multi_turn_token_in_token_out(engine, tokenizer):
     """Decoded trajectories equal the chat rendering of the conversation; each observation appears
     exactly once and all of its tokens have loss_mask 0."""
-    gen = Generator(engine, tokenizer, limits=EpisodeLimits(max_turns=3, max_total_tokens=200),
-                    env_configs={"arithmetic": {"max_turns": 3}})
+    gen = Generator(
+        engine,
+        tokenizer,
+        limits=EpisodeLimits(max_turns=3, max_total_tokens=200),
+        env_configs={"arithmetic": {"max_turns": 3}},
+    )
     groups = gen.generate_sync(rows(4), n=2, sampling=SamplingParams(max_tokens=12, temperature=1.0), seed=1)
     trajs = [t for g in groups for t in g.trajectories]
     assert len(groups) == 4 and all(len(g.trajectories) == 2 for g in groups)
@@ -108,6 +119,8 @@ def test_seeded_generation_is_reproducible(engine, tokenizer):
 
 def test_missing_env_fails_the_trajectory_not_the_run(engine, tokenizer):
     gen = Generator(engine, tokenizer, limits=EpisodeLimits())
-    groups = asyncio.run(gen.generate(rows(2, "no_such_env"), n=1, sampling=SamplingParams(max_tokens=4), seed=0))
+    groups = asyncio.run(
+        gen.generate(rows(2, "no_such_env"), n=1, sampling=SamplingParams(max_tokens=4), seed=0)
+    )
     assert [t.status for g in groups for t in g.trajectories] == [RolloutStatus.ENV_ERROR] * 2
     assert "no_such_env" in groups[0].trajectories[0].info["error"]

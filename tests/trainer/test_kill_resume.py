@@ -20,21 +20,41 @@ REPO = Path(__file__).resolve().parents[2]
 
 def command(tiny_model_dir: str, run_root: Path, name: str) -> list[str]:
     return [
-        sys.executable, "-m", "aloft.cli", "train",
-        f"model.path={tiny_model_dir}", f"trainer.run_root={run_root}", f"trainer.name={name}",
-        "trainer.imports=[tests.trainer.envs]", "env=test_digits",
-        "data.builder=arithmetic", "data.train_size=64", "data.eval_size=8",
-        "generator.max_new_tokens=8", "generator.max_total_tokens=8", "generator.temperature=1.0",
-        "trainer.prompts_per_step=4", "trainer.max_steps=8", "trainer.checkpoint_every=2", "trainer.eval_every=4",
-        "trainer.deterministic=true", "trainer.num_threads=1", "trainer.progress_bar=false",
-        "trainer.loggers=[jsonl]", "engine.dtype=float32", "optim.bf16_autocast=false", "optim.lr=1e-3",
+        sys.executable,
+        "-m",
+        "aloft.cli",
+        "train",
+        f"model.path={tiny_model_dir}",
+        f"trainer.run_root={run_root}",
+        f"trainer.name={name}",
+        "trainer.imports=[tests.trainer.envs]",
+        "env=test_digits",
+        "data.builder=arithmetic",
+        "data.train_size=64",
+        "data.eval_size=8",
+        "generator.max_new_tokens=8",
+        "generator.max_total_tokens=8",
+        "generator.temperature=1.0",
+        "trainer.prompts_per_step=4",
+        "trainer.max_steps=8",
+        "trainer.checkpoint_every=2",
+        "trainer.eval_every=4",
+        "trainer.deterministic=true",
+        "trainer.num_threads=1",
+        "trainer.progress_bar=false",
+        "trainer.loggers=[jsonl]",
+        "engine.dtype=float32",
+        "optim.bf16_autocast=false",
+        "optim.lr=1e-3",
         "trainer.export_final=false",
     ]
 
 
 def test_sigkill_then_rerun_matches_uninterrupted(tiny_model_dir, tmp_path):
     env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'src'}"}
-    subprocess.run(command(tiny_model_dir, tmp_path, "full"), check=True, cwd=REPO, env=env, capture_output=True)
+    subprocess.run(
+        command(tiny_model_dir, tmp_path, "full"), check=True, cwd=REPO, env=env, capture_output=True
+    )
 
     cmd = command(tiny_model_dir, tmp_path, "killed")
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -52,7 +72,10 @@ def test_sigkill_then_rerun_matches_uninterrupted(tiny_model_dir, tmp_path):
 
     full = read_metrics(tmp_path / "full" / "metrics.jsonl")
     resumed = read_metrics(tmp_path / "killed" / "metrics.jsonl")
-    strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith(("timing/", "throughput/"))} for r in rows]  # noqa: E731
+
+    def strip(rows):
+        return [{k: v for k, v in r.items() if not k.startswith(("timing/", "throughput/"))} for r in rows]
+
     assert strip(resumed) == strip(full)
     a = load_file(tmp_path / "full" / "checkpoints" / "step_8" / "policy.safetensors")
     b = load_file(tmp_path / "killed" / "checkpoints" / "step_8" / "policy.safetensors")

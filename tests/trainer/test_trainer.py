@@ -11,8 +11,8 @@ import torch
 from safetensors.torch import load_file
 
 from aloft.config import load_config
-from aloft.trainer import Trainer
 from aloft.tracking import read_metrics
+from aloft.trainer import Trainer
 from tests.trainer import envs  # noqa: F401  (registers test_digits / test_flaky)
 
 BASE = [
@@ -40,8 +40,14 @@ def run(overrides: list[str]) -> tuple[Trainer, dict[str, float], list[dict]]:
 def test_reward_rises_on_an_easy_reward(tiny_overrides):
     """GRPO on a random tiny model: the share of digits in its replies climbs within seconds."""
     _, _, rows = run(
-        [*tiny_overrides, "env=test_digits", "trainer.max_steps=30", "optim.lr=3e-3", "trainer.prompts_per_step=8",
-         "trainer.eval_before_training=false"]
+        [
+            *tiny_overrides,
+            "env=test_digits",
+            "trainer.max_steps=30",
+            "optim.lr=3e-3",
+            "trainer.prompts_per_step=8",
+            "trainer.eval_before_training=false",
+        ]
     )
     steps = [r for r in rows if "reward/mean" in r]
     first = sum(r["reward/mean"] for r in steps[:5]) / 5
@@ -54,24 +60,55 @@ def test_reward_rises_on_an_easy_reward(tiny_overrides):
     "overrides",
     [
         ["algorithm.advantage=grpo", "algorithm.policy_loss=ppo"],
-        ["algorithm.advantage=dr_grpo", "algorithm.policy_loss=dual_clip", "algorithm.loss_reduction=seq_mean_token_sum_norm"],
-        ["algorithm.advantage=rloo", "algorithm.policy_loss=gspo", "algorithm.loss_reduction=seq_mean_token_mean"],
+        [
+            "algorithm.advantage=dr_grpo",
+            "algorithm.policy_loss=dual_clip",
+            "algorithm.loss_reduction=seq_mean_token_sum_norm",
+        ],
+        [
+            "algorithm.advantage=rloo",
+            "algorithm.policy_loss=gspo",
+            "algorithm.loss_reduction=seq_mean_token_mean",
+        ],
         ["algorithm.advantage=reinforce++", "algorithm.policy_loss=cispo"],
         ["algorithm.advantage=reinforce++_baseline", "algorithm.policy_loss=ppo", "algorithm.clip_high=0.28"],
-        ["algorithm.kl_coef=0.1", "algorithm.kl_estimator=k3", "algorithm.kl_penalty=loss", "algorithm.entropy_coef=0.01"],
+        [
+            "algorithm.kl_coef=0.1",
+            "algorithm.kl_estimator=k3",
+            "algorithm.kl_penalty=loss",
+            "algorithm.entropy_coef=0.01",
+        ],
         ["algorithm.kl_coef=0.1", "algorithm.kl_estimator=k1", "algorithm.kl_penalty=reward"],
         ["algorithm.ppo_epochs=2", "algorithm.mini_batches=2", "optim.micro_batch_size=3"],
-        ["algorithm.dynamic_sampling=true", "algorithm.overlong_filter=true", "algorithm.overlong_buffer_len=4"],
+        [
+            "algorithm.dynamic_sampling=true",
+            "algorithm.overlong_filter=true",
+            "algorithm.overlong_buffer_len=4",
+        ],
         ["algorithm.advantage=gae", "critic.enabled=true", "algorithm.gamma=1.0", "algorithm.lam=0.95"],
         ["model.lora_rank=4", "model.lora_target_modules=[q_proj,v_proj]", "optim.lr=1e-3"],
         ["model.gradient_checkpointing=true", "optim.schedule=cosine", "optim.warmup_steps=1"],
     ],
-    ids=["grpo-ppo", "drgrpo-dualclip", "rloo-gspo", "rpp-cispo", "rppb-cliphigher", "kl-loss-entropy",
-         "kl-reward", "epochs-minibatches", "dapo-filters", "ppo-critic", "lora", "gradckpt-cosine"],
+    ids=[
+        "grpo-ppo",
+        "drgrpo-dualclip",
+        "rloo-gspo",
+        "rpp-cispo",
+        "rppb-cliphigher",
+        "kl-loss-entropy",
+        "kl-reward",
+        "epochs-minibatches",
+        "dapo-filters",
+        "ppo-critic",
+        "lora",
+        "gradckpt-cosine",
+    ],
 )
 def test_every_algorithm_trains(tiny_overrides, overrides):
     """A few steps of each estimator/loss/option: finite metrics and every trainable weight moves."""
-    cfg = load_config(None, [*BASE, *tiny_overrides, "env=test_digits", "trainer.max_steps=2", "optim.lr=1e-3", *overrides])
+    cfg = load_config(
+        None, [*BASE, *tiny_overrides, "env=test_digits", "trainer.max_steps=2", "optim.lr=1e-3", *overrides]
+    )
     trainer = Trainer(cfg)
     before = {n: p.detach().clone() for n, p in trainer.c.policy.model.named_parameters() if p.requires_grad}
     critic_before = None
@@ -81,27 +118,48 @@ def test_every_algorithm_trains(tiny_overrides, overrides):
     for key in ("reward/mean", "policy/loss", "policy/grad_norm", "timing/step_s", "throughput/tokens_per_s"):
         assert math.isfinite(final[key]), key
     assert final["mask/env_token_share"] == 0.0
-    unchanged = [n for n, p in trainer.c.policy.model.named_parameters() if p.requires_grad and torch.equal(p, before[n])]
+    unchanged = [
+        n
+        for n, p in trainer.c.policy.model.named_parameters()
+        if p.requires_grad and torch.equal(p, before[n])
+    ]
     assert not unchanged, f"parameters that did not change: {unchanged[:5]}"
     if critic_before is not None:
         assert "critic/loss" in final
-        moved = [n for n, p in trainer.c.critic.model.named_parameters() if not torch.equal(p, critic_before[n])]
+        moved = [
+            n for n, p in trainer.c.critic.model.named_parameters() if not torch.equal(p, critic_before[n])
+        ]
         assert "value_head.weight" in moved
 
 
 def test_run_directory_contents(tiny_overrides):
     """metrics.jsonl, rollouts, checkpoints with retention, config.yaml and an HF export."""
     trainer, final, rows = run(
-        [*tiny_overrides, "trainer.max_steps=4", "trainer.checkpoint_every=1", "trainer.keep_checkpoints=2",
-         "trainer.eval_every=2", "trainer.export_final=true", "env.config={max_turns: 1}"]
+        [
+            *tiny_overrides,
+            "trainer.max_steps=4",
+            "trainer.checkpoint_every=1",
+            "trainer.keep_checkpoints=2",
+            "trainer.eval_every=2",
+            "trainer.export_final=true",
+            "env.config={max_turns: 1}",
+        ]
     )
     run_dir = trainer.c.run_dir
     assert (run_dir / "config.yaml").exists()
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step_3", "step_4"]
     step_rows = [r for r in rows if "reward/mean" in r]
     assert [r["step"] for r in step_rows] == [1, 2, 3, 4]
-    for key in ("timing/step_s", "timing/generate_s", "timing/train_s", "throughput/tokens_per_s", "policy/entropy",
-                "policy/clip_frac", "completion/mean_len", "mask/env_token_share"):
+    for key in (
+        "timing/step_s",
+        "timing/generate_s",
+        "timing/train_s",
+        "throughput/tokens_per_s",
+        "policy/entropy",
+        "policy/clip_frac",
+        "completion/mean_len",
+        "mask/env_token_share",
+    ):
         assert key in step_rows[0], key
     eval_rows = [r for r in rows if "eval/reward/mean" in r]
     assert [r["step"] for r in eval_rows] == [0, 2, 4]
@@ -119,8 +177,13 @@ def test_multi_turn_masks_and_env_errors(tiny_overrides):
     """Multi-turn arithmetic: observations are in the batch but never trained on; a crashing env
     fails its trajectories with status env_error while the run goes on."""
     _, final, _ = run(
-        [*tiny_overrides, "trainer.max_steps=1", "env.config={max_turns: 3}", "generator.max_turns=3",
-         "generator.max_total_tokens=80"]
+        [
+            *tiny_overrides,
+            "trainer.max_steps=1",
+            "env.config={max_turns: 3}",
+            "generator.max_turns=3",
+            "generator.max_total_tokens=80",
+        ]
     )
     assert final["completion/turns"] > 1
     assert final["mask/env_token_share"] == 0.0
@@ -130,14 +193,21 @@ def test_multi_turn_masks_and_env_errors(tiny_overrides):
 
 def test_trainer_logprobs_match_sampler_logprobs(tiny_overrides):
     """fp32 engine and fp32 trainer: recomputed logprobs equal the sampler's (mean |diff| <= 1e-4)."""
-    _, final, _ = run([*tiny_overrides, "trainer.max_steps=1", "algorithm.ppo_epochs=2", "generator.temperature=0.7"])
+    _, final, _ = run(
+        [*tiny_overrides, "trainer.max_steps=1", "algorithm.ppo_epochs=2", "generator.temperature=0.7"]
+    )
     assert final["logprob/sampler_abs_diff"] <= 1e-4
 
 
 def test_checkpoint_resume_continues(tiny_overrides):
     """Stopping after step 2 and rerunning with max_steps=4 equals an uninterrupted 4-step run."""
-    common = [*tiny_overrides, "trainer.checkpoint_every=2", "trainer.deterministic=true", "env=test_digits",
-              "optim.lr=1e-3"]
+    common = [
+        *tiny_overrides,
+        "trainer.checkpoint_every=2",
+        "trainer.deterministic=true",
+        "env=test_digits",
+        "optim.lr=1e-3",
+    ]
     _, full, full_rows = run([*common, "trainer.name=full", "trainer.max_steps=4"])
     run([*common, "trainer.name=split", "trainer.max_steps=2"])
     trainer, resumed, resumed_rows = run([*common, "trainer.name=split", "trainer.max_steps=4"])

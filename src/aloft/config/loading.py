@@ -34,11 +34,15 @@ def read_preset_or_file(preset_or_path: str) -> dict[str, Any]:
     path = Path(preset_or_path)
     if path.suffix in (".yaml", ".yml") or path.exists():
         if not path.is_file():
-            raise ConfigError(f"config file {preset_or_path} not found; pass a YAML path or one of {presets()}")
+            raise ConfigError(
+                f"config file {preset_or_path} not found; pass a YAML path or one of {presets()}"
+            )
         text = path.read_text()
     else:
         if preset_or_path not in presets():
-            raise ConfigError(f"unknown preset '{preset_or_path}'; known presets: {presets()} (or a YAML path)")
+            raise ConfigError(
+                f"unknown preset '{preset_or_path}'; known presets: {presets()} (or a YAML path)"
+            )
         text = (resources.files("aloft.config") / "presets" / f"{preset_or_path}.yaml").read_text()
     raw = yaml.safe_load(text) or {}
     if not isinstance(raw, dict):
@@ -107,7 +111,9 @@ def _model_at(loc: list[str]) -> type[BaseModel] | None:
     model: type[BaseModel] = AloftConfig
     for part in loc:
         field = model.model_fields.get(part)
-        if field is None or not (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):
+        if field is None or not (
+            isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+        ):
             return None
         model = field.annotation
     return model

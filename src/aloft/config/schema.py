@@ -155,6 +155,9 @@ class OptimConfig(Section):
     """Gradient clipping norm (0 disables)."""
     micro_batch_size: int = 8
     """Sequences per forward/backward; the loss does not depend on it."""
+    share_prompts: bool = True
+    """Run each group's shared prompt through the model once per training forward (same loss and
+    gradients, fewer FLOPs; off when gradient checkpointing is on)."""
     bf16_autocast: bool | Literal["auto"] = "auto"
     """bfloat16 autocast for training forward/backward (fp32 master weights); auto = only where the
     hardware has native bf16 math."""

@@ -8,13 +8,13 @@ KV cache at once, so the remaining rows decode as a smaller batch.
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from aloft.inference.sampling import sample_next_tokens
+from aloft.models.compat import cache_kwarg
 from aloft.types import Completion, GenerationRequest
 
 
@@ -40,12 +40,6 @@ class DecodeLimits:
     pad_id: int
     max_positions: int
     """The model's context length: prompt + completion never exceeds it."""
-
-
-def cache_kwarg(model: PreTrainedModel) -> str:
-    """Name of the forward argument that takes the KV cache (``cache`` in newer transformers)."""
-    parameters = inspect.signature(model.forward).parameters
-    return "cache" if "cache" in parameters else "past_key_values"
 
 
 def _stop_window(stop: list[str]) -> int:

@@ -166,7 +166,9 @@ class Generator:
         trajectories = await asyncio.gather(*tasks)
         groups = []
         for i in range(len(rows)):
-            groups.append(TrajectoryGroup(group_id=f"{group_prefix}{i}", trajectories=trajectories[i * n : (i + 1) * n]))
+            groups.append(
+                TrajectoryGroup(group_id=f"{group_prefix}{i}", trajectories=trajectories[i * n : (i + 1) * n])
+            )
         return groups
 
     async def _run_episode(
@@ -189,7 +191,12 @@ class Generator:
         turns = 0
         env: Env | None = None
         try:
-            env = await asyncio.to_thread(self.env_factory, env_class, self.env_configs.get(env_class, self.default_env_config), row.extras)
+            env = await asyncio.to_thread(
+                self.env_factory,
+                env_class,
+                self.env_configs.get(env_class, self.default_env_config),
+                row.extras,
+            )
             messages, _ = await asyncio.to_thread(env.reset, list(row.prompt))
             prompt_ids = self.chat.prompt_ids(messages)
             for turn in range(self.limits.max_turns):
@@ -199,7 +206,9 @@ class Generator:
                     break
                 request = GenerationRequest(
                     prompt_ids=prompt_ids + completion_ids,
-                    sampling=replace(sampling, max_tokens=min(sampling.max_tokens, budget), seed=_mix(seed, turn)),
+                    sampling=replace(
+                        sampling, max_tokens=min(sampling.max_tokens, budget), seed=_mix(seed, turn)
+                    ),
                     session_id=f"{group_id}/{seed}",
                 )
                 (completion,) = await self.engine.generate([request])
@@ -213,14 +222,18 @@ class Generator:
                 if completion.finish_reason == "abort":
                     status = RolloutStatus.ABORTED
                     break
-                text = completion.text or self.tokenizer.decode(completion.token_ids, skip_special_tokens=True)
+                text = completion.text or self.tokenizer.decode(
+                    completion.token_ids, skip_special_tokens=True
+                )
                 t_env = time.perf_counter()
                 out = await asyncio.to_thread(env.step, text)
                 env_seconds += time.perf_counter() - t_env
                 if rewards:
                     rewards[-1] += float(out.reward)
                 if out.done:
-                    status = RolloutStatus.STOP if completion.finish_reason == "stop" else RolloutStatus.LENGTH
+                    status = (
+                        RolloutStatus.STOP if completion.finish_reason == "stop" else RolloutStatus.LENGTH
+                    )
                     break
                 if out.info.get("tool_timeout"):
                     status = RolloutStatus.TOOL_TIMEOUT

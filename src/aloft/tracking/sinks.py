@@ -58,7 +58,9 @@ class WandbSink:
         try:
             import wandb
         except ImportError:
-            raise ImportError("trainer.loggers includes wandb but it is not installed: pip install wandb") from None
+            raise ImportError(
+                "trainer.loggers includes wandb but it is not installed: pip install wandb"
+            ) from None
         self._run = wandb.init(project="aloft", name=name, dir=str(run_dir), config=config, resume="allow")
 
     def log(self, metrics: dict[str, Any], step: int) -> None:

@@ -56,7 +56,11 @@ class Components:
         if "jsonl" in names:
             sinks.append(JsonlSink(self.run_dir / "metrics.jsonl", resume_step=resume_step))
         if "tensorboard" in names:
-            sinks.append(TensorBoardSink(self.run_dir / "tensorboard", purge_step=(resume_step or 0) + 1 if resume_step else None))
+            sinks.append(
+                TensorBoardSink(
+                    self.run_dir / "tensorboard", purge_step=(resume_step or 0) + 1 if resume_step else None
+                )
+            )
         if "wandb" in names:
             sinks.append(WandbSink(self.run_dir, self.cfg.trainer.name, self.cfg.model_dump(mode="json")))
         self.logger = MetricsLogger(sinks)
@@ -105,13 +109,27 @@ def _load_or_build_rows(cfg: AloftConfig, run_dir: Path) -> tuple[list[DatasetRo
     if data.train_files:
         train = [r for path in data.train_files for r in read_rows(path, default_env=default_env)]
     else:
-        train = _built(run_dir / "data" / "train.jsonl", data.builder, data.train_size, cfg.trainer.seed, data.builder_args, default_env)
+        train = _built(
+            run_dir / "data" / "train.jsonl",
+            data.builder,
+            data.train_size,
+            cfg.trainer.seed,
+            data.builder_args,
+            default_env,
+        )
     if data.eval_files:
         evals = [r for path in data.eval_files for r in read_rows(path, default_env=default_env)]
         evals = evals[: data.eval_size] if data.eval_size > 0 else evals
     elif data.builder and data.eval_size > 0:
         # A disjoint seed keeps eval prompts apart from training order (the task space may overlap).
-        evals = _built(run_dir / "data" / "eval.jsonl", data.builder, data.eval_size, cfg.trainer.seed + 1_000_003, data.builder_args, default_env)
+        evals = _built(
+            run_dir / "data" / "eval.jsonl",
+            data.builder,
+            data.eval_size,
+            cfg.trainer.seed + 1_000_003,
+            data.builder_args,
+            default_env,
+        )
     else:
         evals = []
     if env.name is not None:  # env=NAME routes every row to that env
@@ -120,7 +138,9 @@ def _load_or_build_rows(cfg: AloftConfig, run_dir: Path) -> tuple[list[DatasetRo
     return train, evals
 
 
-def _built(path: Path, builder: str | None, n: int, seed: int, args: dict[str, Any], default_env: str | None) -> list[DatasetRow]:
+def _built(
+    path: Path, builder: str | None, n: int, seed: int, args: dict[str, Any], default_env: str | None
+) -> list[DatasetRow]:
     if not path.exists():  # built once per run dir, so a resumed run reads the same rows
         assert builder is not None
         write_rows(path, build_dataset(builder, n=n, seed=seed, **args))
@@ -159,15 +179,23 @@ def build_components(cfg: AloftConfig) -> Components:
             max_grad_norm=optim.max_grad_norm,
             micro_batch_size=optim.micro_batch_size,
             bf16_autocast=autocast,
+            share_prompts=optim.share_prompts,
         ),
         temperature=gen.temperature,
         gradient_checkpointing=cfg.model.gradient_checkpointing,
-        lora={"r": cfg.model.lora_rank, "alpha": cfg.model.lora_alpha, "target_modules": cfg.model.lora_target_modules},
+        lora={
+            "r": cfg.model.lora_rank,
+            "alpha": cfg.model.lora_alpha,
+            "target_modules": cfg.model.lora_target_modules,
+        },
     )
     reference = None
     if algo.kl_coef > 0:
         reference = ReferenceWorker(
-            model_path, temperature=gen.temperature, micro_batch_size=optim.micro_batch_size, bf16_autocast=autocast
+            model_path,
+            temperature=gen.temperature,
+            micro_batch_size=optim.micro_batch_size,
+            bf16_autocast=autocast,
         )
     critic = None
     if cfg.critic.enabled:
@@ -231,7 +259,9 @@ def _check_same_config(cfg: AloftConfig, run_dir: Path) -> None:
         return
     saved = _flatten(yaml.safe_load(saved_path.read_text()) or {})
     now = _flatten(cfg.model_dump(mode="json"))
-    changed = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k) and k not in _RESUMABLE_CHANGES)
+    changed = sorted(
+        k for k in set(saved) | set(now) if saved.get(k) != now.get(k) and k not in _RESUMABLE_CHANGES
+    )
     if changed:
         raise ConfigError(
             f"run directory {run_dir} holds a run with a different config ({', '.join(changed)}); "

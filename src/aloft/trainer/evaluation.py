@@ -35,7 +35,9 @@ def summarize_groups(groups: Sequence[TrajectoryGroup], prefix: str = "eval/") -
     }
     k = 1
     while k <= n:
-        out[f"{prefix}pass@{k}"] = fmean(pass_at_k(n, sum(map(is_success, g.trajectories)), k) for g in groups)
+        out[f"{prefix}pass@{k}"] = fmean(
+            pass_at_k(n, sum(map(is_success, g.trajectories)), k) for g in groups
+        )
         k *= 2
     for name in sorted({m for t in trajs for m in t.metrics}):
         out[f"{prefix}env/{name}"] = fmean(t.metrics.get(name, 0.0) for t in trajs)

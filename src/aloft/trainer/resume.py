@@ -34,7 +34,11 @@ def save_checkpoint(c: Components, step: int) -> Path:
             {
                 "step": step,
                 "loader": c.loader.state_dict(),
-                "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
+                "rng": {
+                    "python": random.getstate(),
+                    "numpy": np.random.get_state(),
+                    "torch": torch.get_rng_state(),
+                },
             },
             d / "trainer_state.pt",
         )

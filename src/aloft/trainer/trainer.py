@@ -68,7 +68,9 @@ class Trainer:
         last: dict[str, float] = {}
         if self.step == 0 and cfg.eval_before_training:
             last.update(self.run_eval())
-        bar = tqdm(total=cfg.max_steps, initial=self.step, disable=not cfg.progress_bar, desc=cfg.name, unit="step")
+        bar = tqdm(
+            total=cfg.max_steps, initial=self.step, disable=not cfg.progress_bar, desc=cfg.name, unit="step"
+        )
         while self.step < cfg.max_steps:
             self.step += 1
             t0 = time.perf_counter()
@@ -104,7 +106,10 @@ class Trainer:
             if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 or self.step == cfg.max_steps:
                 save_checkpoint(c, self.step)
             bar.update(1)
-            bar.set_postfix(reward=f"{metrics['reward/mean']:.3f}", eval=f"{last.get('eval/reward/mean', float('nan')):.3f}")
+            bar.set_postfix(
+                reward=f"{metrics['reward/mean']:.3f}",
+                eval=f"{last.get('eval/reward/mean', float('nan')):.3f}",
+            )
         bar.close()
         if cfg.export_final:
             c.export_policy()
@@ -143,11 +148,17 @@ class Trainer:
     def _generate(self, rows: list[Any], step: int, round_: int) -> list[TrajectoryGroup]:
         gen = self.cfg.generator
         sampling = SamplingParams(
-            max_tokens=gen.max_new_tokens, temperature=gen.temperature, top_p=gen.top_p, top_k=gen.top_k, stop=gen.stop
+            max_tokens=gen.max_new_tokens,
+            temperature=gen.temperature,
+            top_p=gen.top_p,
+            top_k=gen.top_k,
+            stop=gen.stop,
         )
         seed = _mix(self.cfg.trainer.seed, step, round_)
         return self.c.run(
-            self.c.generator.generate(rows, n=gen.n_samples, sampling=sampling, seed=seed, group_prefix=f"s{step}r{round_}g")
+            self.c.generator.generate(
+                rows, n=gen.n_samples, sampling=sampling, seed=seed, group_prefix=f"s{step}r{round_}g"
+            )
         )
 
     def train_on(self, groups: list[TrajectoryGroup], step: int) -> dict[str, float]:
@@ -172,7 +183,9 @@ class Trainer:
         rewards = batch.rewards
         if ref_logprobs is not None:
             current = old_logprobs if old_logprobs is not None else batch.sampler_logprobs
-            metrics["policy/kl_to_ref"] = _masked_mean(kl_divergence(current, ref_logprobs, "k1"), batch.loss_mask)
+            metrics["policy/kl_to_ref"] = _masked_mean(
+                kl_divergence(current, ref_logprobs, "k1"), batch.loss_mask
+            )
             if algo.kl_penalty == "reward":
                 rewards = apply_kl_penalty_to_rewards(
                     rewards, current, ref_logprobs, batch.loss_mask, algo.kl_coef, algo.kl_estimator
@@ -206,7 +219,9 @@ class Trainer:
         n = self.cfg.algorithm.mini_batches
         if n == 1:
             return [list(range(batch.num_rows))]
-        order = torch.randperm(num_groups, generator=torch.Generator().manual_seed(_mix(self.cfg.trainer.seed, step, epoch)))
+        order = torch.randperm(
+            num_groups, generator=torch.Generator().manual_seed(_mix(self.cfg.trainer.seed, step, epoch))
+        )
         per = max(1, num_groups // n)
         out = []
         for k in range(n):
@@ -222,9 +237,21 @@ class Trainer:
         if not c.eval_rows:
             return {}
         t0 = time.perf_counter()
-        sampling = SamplingParams(max_tokens=gen.max_new_tokens, temperature=gen.eval_temperature, top_p=gen.top_p, top_k=gen.top_k, stop=gen.stop)
+        sampling = SamplingParams(
+            max_tokens=gen.max_new_tokens,
+            temperature=gen.eval_temperature,
+            top_p=gen.top_p,
+            top_k=gen.top_k,
+            stop=gen.stop,
+        )
         metrics, _ = self.c.run(
-            evaluate(c.generator, c.eval_rows, n=gen.eval_n_samples, sampling=sampling, seed=self.cfg.trainer.seed + 10_007)
+            evaluate(
+                c.generator,
+                c.eval_rows,
+                n=gen.eval_n_samples,
+                sampling=sampling,
+                seed=self.cfg.trainer.seed + 10_007,
+            )
         )
         metrics["timing/eval_s"] = time.perf_counter() - t0
         c.logger.log(metrics, self.step)

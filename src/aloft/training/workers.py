@@ -28,6 +28,7 @@ from aloft.algorithms import (
     logprobs_from_logits,
 )
 from aloft.models import load_model
+from aloft.models.compat import cache_kwarg
 from aloft.training.batch import TrainBatch, split_rows
 
 
@@ -43,6 +44,8 @@ class OptimSettings:
     max_grad_norm: float = 1.0
     micro_batch_size: int = 8
     bf16_autocast: bool = False
+    share_prompts: bool = True
+    """Forward each group's shared prompt once (see ``completion_logits``)."""
 
 
 def make_optimizer(params: list[nn.Parameter], s: OptimSettings) -> tuple[torch.optim.Optimizer, Any]:
@@ -66,9 +69,20 @@ def _autocast(enabled: bool) -> contextlib.AbstractContextManager:
     return torch.autocast("cpu", dtype=torch.bfloat16) if enabled else contextlib.nullcontext()
 
 
-def completion_logits(model: nn.Module, batch: TrainBatch) -> torch.Tensor:
-    """[B, T, V] logits predicting each completion token (only those columns go through the LM head)."""
+def completion_logits(model: nn.Module, batch: TrainBatch, share_prompts: bool = False) -> torch.Tensor:
+    """[B, T, V] logits predicting each completion token (only those columns go through the LM head).
+
+    With ``share_prompts``, rows whose prompts are identical (the n samples of a group) run their
+    prompt through the model once: the prompt's keys/values are computed per distinct prompt, then
+    indexed out to every row, and the completions attend to them. Same logits up to float rounding,
+    same gradients (indexing sums the rows' gradients back into the shared prompt), and far fewer
+    FLOPs when prompts are long next to completions.
+    """
     t = batch.completion_width
+    if share_prompts:
+        shared = _shared_prompt_logits(model, batch)
+        if shared is not None:
+            return shared
     out = model(
         input_ids=batch.input_ids,
         attention_mask=batch.attention_mask,
@@ -77,6 +91,39 @@ def completion_logits(model: nn.Module, batch: TrainBatch) -> torch.Tensor:
         use_cache=False,
     )
     return out.logits[:, :-1]
+
+
+def _shared_prompt_logits(model: nn.Module, batch: TrainBatch) -> torch.Tensor | None:
+    p = batch.prompt_width
+    prompts = batch.input_ids[:, :p]
+    unique, inverse = torch.unique(prompts, dim=0, return_inverse=True)
+    if unique.shape[0] == batch.num_rows:
+        return None  # nothing shared: the plain forward is cheaper
+    first = torch.zeros(unique.shape[0], dtype=torch.long).scatter_(0, inverse, torch.arange(batch.num_rows))
+    prompt_out = model(
+        input_ids=unique,
+        attention_mask=batch.attention_mask[first, :p],
+        position_ids=batch.position_ids[first, :p],
+        logits_to_keep=1,
+        use_cache=True,
+    )
+    cache = prompt_out.past_key_values
+    layers = getattr(cache, "layers", None)
+    if not layers or not all(hasattr(layer, "keys") for layer in layers):
+        return None  # a cache type we do not know how to expand
+    for layer in layers:
+        layer.keys = layer.keys.index_select(0, inverse)
+        layer.values = layer.values.index_select(0, inverse)
+    out = model(
+        input_ids=batch.input_ids[:, p:],
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids[:, p:],
+        logits_to_keep=batch.completion_width,
+        use_cache=True,
+        **{cache_kwarg(model): cache},
+    )
+    first_token = prompt_out.logits[:, -1:].index_select(0, inverse)  # predicts completion token 0
+    return torch.cat([first_token, out.logits[:, :-1]], dim=1)
 
 
 class _Trainable:
@@ -94,7 +141,9 @@ class _Trainable:
         if self.settings.max_grad_norm > 0:
             norm = float(torch.nn.utils.clip_grad_norm_(params, self.settings.max_grad_norm))
         else:
-            norm = float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params if p.grad is not None])))
+            norm = float(
+                torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params if p.grad is not None]))
+            )
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -123,6 +172,8 @@ class PolicyWorker(_Trainable):
         self.settings = settings
         self.temperature = temperature if temperature > 0 else 1.0
         self.entropy_in_loss = False
+        # The prompt-sharing forward needs a KV cache, which gradient checkpointing turns off.
+        self.share_prompts = settings.share_prompts and not gradient_checkpointing
         model = load_model(model_path, dtype=torch.float32)
         model.config.use_cache = False
         if gradient_checkpointing:
@@ -138,9 +189,11 @@ class PolicyWorker(_Trainable):
         self.model = model
         self._init_optim()
 
-    def _logprobs_and_entropy(self, batch: TrainBatch, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _logprobs_and_entropy(
+        self, batch: TrainBatch, with_entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         with _autocast(self.settings.bf16_autocast):
-            logits = completion_logits(self.model, batch)
+            logits = completion_logits(self.model, batch, self.share_prompts)
         # Half-precision logits are upcast a row at a time inside (no [B, T, V] float32 copy).
         logprobs = logprobs_from_logits(logits, batch.completion_ids, temperature=self.temperature)
         entropy = None
@@ -205,10 +258,14 @@ class PolicyWorker(_Trainable):
                 assert entropy is not None
                 entropy_mean = aggregate_loss(entropy, mask, "token_mean", normalizer)
                 if algo.entropy_coef:
-                    loss = loss - algo.entropy_coef * aggregate_loss(entropy, mask, algo.loss_reduction, normalizer)
+                    loss = loss - algo.entropy_coef * aggregate_loss(
+                        entropy, mask, algo.loss_reduction, normalizer
+                    )
                 loss.backward()
                 weight = float(mask.sum()) / tokens  # metrics are token-weighted means over the mini-batch
-                if old_logprobs is None:  # on-policy: these are the pre-update logprobs, compare to the sampler
+                if (
+                    old_logprobs is None
+                ):  # on-policy: these are the pre-update logprobs, compare to the sampler
                     diff = ((logprobs.detach() - micro.sampler_logprobs).abs() * mask).sum() / tokens
                     totals["logprob/sampler_abs_diff"] += float(diff)
                 totals["policy/loss"] += float(loss.detach())
@@ -250,7 +307,9 @@ class PolicyWorker(_Trainable):
 class ReferenceWorker:
     """A frozen copy of the initial policy for KL terms."""
 
-    def __init__(self, model_path: str, *, temperature: float, micro_batch_size: int, bf16_autocast: bool) -> None:
+    def __init__(
+        self, model_path: str, *, temperature: float, micro_batch_size: int, bf16_autocast: bool
+    ) -> None:
         self.model = load_model(model_path, dtype=torch.float32).eval().requires_grad_(False)
         self.temperature = temperature if temperature > 0 else 1.0
         self.micro_batch_size = micro_batch_size
@@ -262,7 +321,7 @@ class ReferenceWorker:
         for rows in split_rows(batch.num_rows, self.micro_batch_size):
             micro = batch.select(rows)
             with _autocast(self.bf16_autocast):
-                logits = completion_logits(self.model, micro)
+                logits = completion_logits(self.model, micro, share_prompts=True)
             out.append(logprobs_from_logits(logits, micro.completion_ids, temperature=self.temperature))
         return _pad_cat(out, batch.completion_width)
 
@@ -308,7 +367,12 @@ class CriticWorker(_Trainable):
         return _pad_cat(out, batch.completion_width)
 
     def update(
-        self, batch: TrainBatch, old_values: torch.Tensor, returns: torch.Tensor, clip: float, mini_batches: list[list[int]]
+        self,
+        batch: TrainBatch,
+        old_values: torch.Tensor,
+        returns: torch.Tensor,
+        clip: float,
+        mini_batches: list[list[int]],
     ) -> dict[str, float]:
         self.model.train()
         totals: dict[str, float] = defaultdict(float)
@@ -321,12 +385,19 @@ class CriticWorker(_Trainable):
                 with _autocast(self.settings.bf16_autocast):
                     values = self.model(micro).float()
                 loss, metrics = clipped_value_loss(
-                    values, old_values[global_rows, :t], returns[global_rows, :t], micro.loss_mask, clip, normalizer
+                    values,
+                    old_values[global_rows, :t],
+                    returns[global_rows, :t],
+                    micro.loss_mask,
+                    clip,
+                    normalizer,
                 )
                 loss.backward()
                 totals["critic/loss"] += float(loss.detach())
                 for k, v in metrics.items():
-                    totals[f"critic/{k}"] += float(v) / len(split_rows(len(rows), self.settings.micro_batch_size))
+                    totals[f"critic/{k}"] += float(v) / len(
+                        split_rows(len(rows), self.settings.micro_batch_size)
+                    )
             totals["critic/grad_norm"] += self._step()
         return {k: v / len(mini_batches) for k, v in totals.items()}
 

@@ -172,3 +172,17 @@ def test_reset_starts_a_fresh_episode_and_step_after_done_fails():
 def test_configuration_errors_are_clear(config, extras, message):
     with pytest.raises(ValueError, match=message):
         make("arithmetic", config=config, extras=extras)
+
+
+@pytest.mark.parametrize(
+    ("completion", "strict", "expected_reward"),
+    [
+        ("The answer is 8.\n\nThis is a classic example of addition.", True, 0.0),  # does not *end* with it
+        ("The answer is 8.\n\nThis is a classic example of addition.", False, 1.0),
+        ("3 + 5 = 8. The answer is **8**.  \n", True, 1.0),
+        ("The answer is 7. No wait. The answer is 8", True, 1.0),
+    ],
+)
+def test_strict_end_requires_the_answer_to_end_the_reply(completion, strict, expected_reward):
+    env = make("arithmetic", config={"strict_end": strict}, extras={"answer": "8"})
+    assert env.step(completion).reward == expected_reward

@@ -5,15 +5,17 @@ with "The answer is 8." Reward per episode::
 
     reward = format_reward * format_ok + correct_reward * correct        # 0, 0.5 or 1.0 by default
 
-where ``format_ok`` means an answer in the required format was found (its last occurrence counts)
-and ``correct`` means that answer equals the ground truth as a number ("8.0" == "8" == "8/1").
+where ``format_ok`` means an answer in the required format was found (its last occurrence counts;
+with ``strict_end``, the default, "The answer is N" must also *end* the reply, as the prompt asks:
+only a period, emphasis and whitespace may follow) and ``correct`` means that answer equals the ground truth as a number ("8.0" == "8" == "8/1").
 
 With ``max_turns > 1`` a wrong or unformatted reply gets a user message asking for another try;
 the reward is given on the final turn only (earlier turns get 0), which is the turn that is
 correct or the last one allowed.
 
 Config (all optional): ``answer_format`` ``"the_answer_is"`` (default) or ``"boxed"``;
-``format_reward`` (0.5); ``correct_reward`` (0.5); ``max_turns`` (1).
+``format_reward`` (0.5); ``correct_reward`` (0.5); ``max_turns`` (1); ``strict_end`` (True; the
+"the_answer_is" format only).
 Row extras: the ground truth in ``answer`` or ``reward_spec["ground_truth"]`` (required, numeric);
 ``question`` (informational); ``answer_format`` (optional, overrides the config for this row, for
 datasets whose prompts ask for a specific format).
@@ -37,6 +39,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "format_reward": 0.5,
     "correct_reward": 0.5,
     "max_turns": 1,
+    "strict_end": True,
 }
 
 WRONG_ANSWER_MESSAGE = "That is not correct. Try again."
@@ -51,6 +54,7 @@ _NUMBER = r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?"
 # Lenient: any case, optional colon, optional markdown/LaTeX wrapping before the number ("**8**", "$8$").
 _THE_ANSWER_IS = re.compile(rf"the\s+answer\s+is\s*:?\s*[*$]*\s*({_NUMBER})", re.IGNORECASE)
 _BOXED = re.compile(r"\\boxed\s*\{([^{}]*)\}")
+_END_OF_REPLY = re.compile(r"[\s.*$]*")
 
 
 def parse_number(text: str) -> Fraction | None:
@@ -64,15 +68,21 @@ def parse_number(text: str) -> Fraction | None:
         return None
 
 
-def extract_answer(completion: str, answer_format: str) -> str | None:
+def extract_answer(completion: str, answer_format: str, strict_end: bool = False) -> str | None:
     """The last answer written in ``answer_format`` in ``completion``, or None if there is none.
 
-    ``"the_answer_is"``: the number after the last "The answer is" (case-insensitive).
+    ``"the_answer_is"``: the number after the last "The answer is" (case-insensitive); with
+    ``strict_end`` only if nothing but ``.``, ``*``, ``$`` and whitespace follows it.
     ``"boxed"``: the content of the last ``\\boxed{...}`` (nested braces are not supported), if numeric.
     """
     if answer_format == "the_answer_is":
-        matches = _THE_ANSWER_IS.findall(completion)
-        return matches[-1] if matches else None
+        matches = list(_THE_ANSWER_IS.finditer(completion))
+        if not matches:
+            return None
+        last = matches[-1]
+        if strict_end and not _END_OF_REPLY.fullmatch(completion[last.end() :]):
+            return None
+        return last.group(1)
     if answer_format == "boxed":
         matches = _BOXED.findall(completion)
         if not matches or parse_number(matches[-1]) is None:
@@ -98,6 +108,7 @@ class ArithmeticEnv(Env):
         self.format_reward: float = settings["format_reward"]
         self.correct_reward: float = settings["correct_reward"]
         self.max_turns: int = settings["max_turns"]
+        self.strict_end: bool = bool(settings["strict_end"])
         self._check_settings()
         self.ground_truth: str = self._read_ground_truth()
         self._ground_truth_value = parse_number(self.ground_truth)
@@ -146,7 +157,7 @@ class ArithmeticEnv(Env):
         if self._done:
             raise RuntimeError("arithmetic env: step() called after the episode ended; call reset() first")
         self._turns += 1
-        answer = extract_answer(action, self.answer_format)
+        answer = extract_answer(action, self.answer_format, self.strict_end)
         self._format_ok = answer is not None
         self._correct = answer is not None and parse_number(answer) == self._ground_truth_value
         self._done = self._correct or self._turns >= self.max_turns

@@ -145,15 +145,15 @@ class Trainer:
             )
         return rows, groups, stats
 
+    def _sampling(self, temperature: float) -> SamplingParams:
+        gen = self.cfg.generator
+        return SamplingParams(
+            max_tokens=gen.max_new_tokens, temperature=temperature, top_p=gen.top_p, top_k=gen.top_k, stop=gen.stop
+        )
+
     def _generate(self, rows: list[Any], step: int, round_: int) -> list[TrajectoryGroup]:
         gen = self.cfg.generator
-        sampling = SamplingParams(
-            max_tokens=gen.max_new_tokens,
-            temperature=gen.temperature,
-            top_p=gen.top_p,
-            top_k=gen.top_k,
-            stop=gen.stop,
-        )
+        sampling = self._sampling(gen.temperature)
         seed = _mix(self.cfg.trainer.seed, step, round_)
         return self.c.run(
             self.c.generator.generate(
@@ -237,13 +237,7 @@ class Trainer:
         if not c.eval_rows:
             return {}
         t0 = time.perf_counter()
-        sampling = SamplingParams(
-            max_tokens=gen.max_new_tokens,
-            temperature=gen.eval_temperature,
-            top_p=gen.top_p,
-            top_k=gen.top_k,
-            stop=gen.stop,
-        )
+        sampling = self._sampling(gen.eval_temperature)
         metrics, _ = self.c.run(
             evaluate(
                 c.generator,

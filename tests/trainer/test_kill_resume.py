@@ -36,7 +36,7 @@ def command(tiny_model_dir: str, run_root: Path, name: str) -> list[str]:
         "generator.max_total_tokens=8",
         "generator.temperature=1.0",
         "trainer.prompts_per_step=4",
-        "trainer.max_steps=8",
+        "trainer.max_steps=16",
         "trainer.checkpoint_every=2",
         "trainer.eval_every=4",
         "trainer.deterministic=true",
@@ -61,12 +61,12 @@ def test_sigkill_then_rerun_matches_uninterrupted(tiny_model_dir, tmp_path):
     ckpt = tmp_path / "killed" / "checkpoints" / "step_4"
     deadline = time.time() + 120
     while not ckpt.exists() and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    assert ckpt.exists(), "the run never reached its step-4 checkpoint"
-    time.sleep(0.3)  # let it get into step 5
+        time.sleep(0.005)
+    # Kill at once: a tiny-model step takes well under a second, and the run must die far from its end.
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    assert not (tmp_path / "killed" / "checkpoints" / "step_8").exists(), "killed too late to test resume"
+    assert ckpt.exists(), "the run never reached its step-4 checkpoint"
+    assert not (tmp_path / "killed" / "checkpoints" / "step_16").exists(), "killed too late to test resume"
 
     subprocess.run(cmd, check=True, cwd=REPO, env=env, capture_output=True)
 
@@ -77,6 +77,6 @@ def test_sigkill_then_rerun_matches_uninterrupted(tiny_model_dir, tmp_path):
         return [{k: v for k, v in r.items() if not k.startswith(("timing/", "throughput/"))} for r in rows]
 
     assert strip(resumed) == strip(full)
-    a = load_file(tmp_path / "full" / "checkpoints" / "step_8" / "policy.safetensors")
-    b = load_file(tmp_path / "killed" / "checkpoints" / "step_8" / "policy.safetensors")
+    a = load_file(tmp_path / "full" / "checkpoints" / "step_16" / "policy.safetensors")
+    b = load_file(tmp_path / "killed" / "checkpoints" / "step_16" / "policy.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -50,6 +50,22 @@ class Components:
         """Run a coroutine on the run's single event loop (the engine's batcher lives on it)."""
         return self.loop.run_until_complete(coro)
 
+    def settle(self) -> None:
+        """Cancel what is still scheduled on the loop (an idle engine batcher) and let it unwind."""
+        leftover = [task for task in asyncio.all_tasks(self.loop) if not task.done()]
+        for task in leftover:
+            task.cancel()
+        if leftover:
+            self.loop.run_until_complete(asyncio.gather(*leftover, return_exceptions=True))
+
+    def close(self) -> None:
+        """Release the engine and the event loop; the components are unusable afterwards."""
+        if self.loop.is_closed():
+            return
+        self.settle()
+        self.engine.close()
+        self.loop.close()
+
     def open_loggers(self, resume_step: int | None) -> None:
         sinks: list[Any] = []
         names = self.cfg.trainer.loggers

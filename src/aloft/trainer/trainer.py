@@ -114,6 +114,7 @@ class Trainer:
         if cfg.export_final:
             c.export_policy()
         c.logger.close()
+        c.settle()
         return last
 
     # ---------------------------------------------------------------- stages
@@ -148,7 +149,11 @@ class Trainer:
     def _sampling(self, temperature: float) -> SamplingParams:
         gen = self.cfg.generator
         return SamplingParams(
-            max_tokens=gen.max_new_tokens, temperature=temperature, top_p=gen.top_p, top_k=gen.top_k, stop=gen.stop
+            max_tokens=gen.max_new_tokens,
+            temperature=temperature,
+            top_p=gen.top_p,
+            top_k=gen.top_k,
+            stop=gen.stop,
         )
 
     def _generate(self, rows: list[Any], step: int, round_: int) -> list[TrajectoryGroup]:
@@ -271,7 +276,11 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
 
 def train(config: AloftConfig) -> dict[str, float]:
     """Run (or resume) a training run; returns the last step's and last eval's metrics."""
-    return Trainer(config).fit()
+    trainer = Trainer(config)
+    try:
+        return trainer.fit()
+    finally:
+        trainer.c.close()
 
 
 def run_dir_of(config: AloftConfig) -> Path:

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from transformers import DynamicCache
 
 from aloft.algorithms import (
     LossNormalizer,
@@ -100,14 +101,15 @@ def _shared_prompt_logits(model: nn.Module, batch: TrainBatch) -> torch.Tensor |
     if unique.shape[0] == batch.num_rows:
         return None  # nothing shared: the plain forward is cheaper
     first = torch.zeros(unique.shape[0], dtype=torch.long).scatter_(0, inverse, torch.arange(batch.num_rows))
+    cache = DynamicCache()
     prompt_out = model(
         input_ids=unique,
         attention_mask=batch.attention_mask[first, :p],
         position_ids=batch.position_ids[first, :p],
         logits_to_keep=1,
         use_cache=True,
+        **{cache_kwarg(model): cache},
     )
-    cache = prompt_out.past_key_values
     layers = getattr(cache, "layers", None)
     if not layers or not all(hasattr(layer, "keys") for layer in layers):
         return None  # a cache type we do not know how to expand
@@ -269,7 +271,7 @@ class PolicyWorker(_Trainable):
                     diff = ((logprobs.detach() - micro.sampler_logprobs).abs() * mask).sum() / tokens
                     totals["logprob/sampler_abs_diff"] += float(diff)
                 totals["policy/loss"] += float(loss.detach())
-                totals["policy/entropy"] += float(entropy_mean)
+                totals["policy/entropy"] += float(entropy_mean.detach())
                 for k, v in metrics.items():
                     totals[f"policy/{k}"] += float(v) * weight
             totals["policy/grad_norm"] += self._step()

@@ -11,13 +11,15 @@ same (name, n, seed, options) always gives the same rows.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import inspect
 import random
 import re
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["SYSTEM_PROMPT", "build_dataset", "dataset_builders"]
+__all__ = ["SYSTEM_PROMPT", "build_dataset", "dataset_builder", "dataset_builders"]
 
 SYSTEM_PROMPT = "You are a helpful assistant."
 BOXED_INSTRUCTION = "Put your final answer in \\boxed{}."
@@ -30,6 +32,11 @@ _BUILDERS: dict[str, Builder] = {}
 _NUMBER = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?")
 
 
+def dataset_builder(name: str) -> Callable[[Builder], Builder]:
+    """Register ``function(n, seed, [split], **options) -> raw rows`` as the builder ``name``."""
+    return _builder(name)
+
+
 def _builder(name: str) -> Callable[[Builder], Builder]:
     def add(function: Builder) -> Builder:
         _BUILDERS[name] = function
@@ -38,24 +45,44 @@ def _builder(name: str) -> Callable[[Builder], Builder]:
     return add
 
 
+# Builders that live in their own module (with heavier data or dependencies): imported on first use.
+_LAZY_SOURCES: dict[str, str] = {
+    "math": "aloft.data.sources.math",
+    "mmath": "aloft.data.sources.math",
+    "code": "aloft.data.sources.code",
+    "sql": "aloft.data.sources.sql",
+    "search": "aloft.data.sources.search",
+}
+
+
 def dataset_builders() -> list[str]:
     """Names accepted by ``build_dataset``, sorted."""
-    return sorted(_BUILDERS)
+    present = {name for name, module in _LAZY_SOURCES.items() if importlib.util.find_spec(module)}
+    return sorted(set(_BUILDERS) | present)
 
 
-def build_dataset(name: str, n: int, seed: int, **options: Any) -> list[RawRow]:
-    """Build ``n`` raw rows with the builder ``name``; ``options`` are that builder's keyword options."""
+def build_dataset(name: str, n: int, seed: int, split: str = "train", **options: Any) -> list[RawRow]:
+    """Build ``n`` raw rows with the builder ``name``; ``options`` are that builder's keyword options.
+
+    ``split`` ("train" or "eval") reaches builders that take it (fixed datasets with a held-out part);
+    generated ones tell the splits apart by ``seed`` instead.
+    """
+    if name not in _BUILDERS and name in _LAZY_SOURCES and importlib.util.find_spec(_LAZY_SOURCES[name]):
+        importlib.import_module(_LAZY_SOURCES[name])
     builder = _BUILDERS.get(name)
     if builder is None:
         raise ValueError(f"unknown dataset builder {name!r}; available: {dataset_builders()}")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"dataset builder {name!r}: n must be a positive integer, got {n!r}")
-    accepted = [
-        parameter for parameter in inspect.signature(builder).parameters if parameter not in ("n", "seed")
-    ]
+    if split not in ("train", "eval"):
+        raise ValueError(f"dataset builder {name!r}: split must be 'train' or 'eval', got {split!r}")
+    parameters = inspect.signature(builder).parameters
+    accepted = [parameter for parameter in parameters if parameter not in ("n", "seed", "split")]
     unknown = sorted(set(options) - set(accepted))
     if unknown:
         raise ValueError(f"dataset builder {name!r}: unknown options {unknown}; accepted: {accepted}")
+    if "split" in parameters:
+        options["split"] = split
     return builder(n=n, seed=seed, **options)
 
 

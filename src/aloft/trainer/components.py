@@ -132,6 +132,7 @@ def _load_or_build_rows(cfg: AloftConfig, run_dir: Path) -> tuple[list[DatasetRo
             cfg.trainer.seed,
             data.builder_args,
             default_env,
+            split="train",
         )
     if data.eval_files:
         evals = [r for path in data.eval_files for r in read_rows(path, default_env=default_env)]
@@ -145,6 +146,7 @@ def _load_or_build_rows(cfg: AloftConfig, run_dir: Path) -> tuple[list[DatasetRo
             cfg.trainer.seed + 1_000_003,
             data.builder_args,
             default_env,
+            split="eval",
         )
     else:
         evals = []
@@ -155,11 +157,17 @@ def _load_or_build_rows(cfg: AloftConfig, run_dir: Path) -> tuple[list[DatasetRo
 
 
 def _built(
-    path: Path, builder: str | None, n: int, seed: int, args: dict[str, Any], default_env: str | None
+    path: Path,
+    builder: str | None,
+    n: int,
+    seed: int,
+    args: dict[str, Any],
+    default_env: str | None,
+    split: str,
 ) -> list[DatasetRow]:
     if not path.exists():  # built once per run dir, so a resumed run reads the same rows
         assert builder is not None
-        write_rows(path, build_dataset(builder, n=n, seed=seed, **args))
+        write_rows(path, build_dataset(builder, n=n, seed=seed, split=split, **args))
     return read_rows(path, default_env=default_env)
 
 

@@ -1,0 +1,1 @@
+"""Dataset builders with their own data or dependencies, imported lazily by ``build_dataset``."""

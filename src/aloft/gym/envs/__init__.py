@@ -5,5 +5,9 @@ from __future__ import annotations
 
 BUILTIN_ENVS: dict[str, str] = {
     "arithmetic": "aloft.gym.envs.arithmetic:ArithmeticEnv",
+    "math": "aloft.gym.envs.math:MathEnv",
+    "math_tool": "aloft.gym.envs.math:MathToolEnv",
+    "search": "aloft.gym.envs.search:SearchEnv",
+    "text2sql": "aloft.gym.envs.text2sql:Text2SqlEnv",
 }
 """env id -> entry point."""

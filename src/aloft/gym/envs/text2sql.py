@@ -1,0 +1,334 @@
+"""``text2sql``: the SkyRL-SQL protocol. Think, probe a real SQLite database, then answer with SQL.
+
+Each reply of the model must be::
+
+    <think> reasoning </think>  then either  <sql> a probe query </sql>
+                                      or     <solution> the final query </solution>
+
+- A ``<sql>`` probe runs read-only on the row's database (``aloft.gym.tools.sql``: time limit,
+  truncated rows) and is answered with one user message: ``<observation>`` + the result table or
+  the error + ``</observation>``, then a ``<reminder>`` of the turns left. The episode goes on.
+- A ``<solution>`` ends the episode: the query is executed and its result compared with the gold
+  query's result on the same database.
+
+Reward (on the final turn; earlier turns get 0)::
+
+    -1  bad format: a reply without a <think>...</think> block before its action, without a
+        <sql> or <solution> block, with an empty block, with a <solution> that contains other
+        protocol tags, or with an <observation> the model wrote itself; or no <solution> within
+        max_turns replies (a probe on the last turn). A badly formatted reply ends the episode.
+     0  well formatted, but the solution fails to run or its rows differ from the gold rows.
+     1  the solution's rows equal the gold query's rows.
+
+What "equal" means: rows are compared as value tuples (column names are ignored; the column order
+and count matter). Floats are compared rounded to 6 decimals, and 3.0 equals 3. If the gold query
+has a top-level ORDER BY (not one inside a subquery or window), the rows must come in the same
+order; otherwise they are compared as multisets (order-insensitive, duplicates count). Config
+``compare_order="never"`` always compares multisets.
+
+Action parsing: the first ``<sql>`` or ``<solution>`` block of a reply is its action and text after
+it is ignored (generation normally stops at ``</sql>`` / ``</solution>``: use them as stop strings);
+a block left open at the very end of the reply counts too (an engine that drops the stop string).
+A markdown code fence inside the block is removed.
+
+Config (all optional): ``max_turns`` (5, as in SkyRL-SQL; a row's ``max_turns`` overrides it),
+``timeout_s`` (5.0: per probe and for the solution), ``gold_timeout_s`` (30.0), ``max_rows`` (30
+rows shown per observation), ``max_cell_chars`` (80), ``db_dir`` (where ``db_id`` is looked up;
+default ``$ALOFT_CACHE_DIR/data/sql`` or ``~/.cache/aloft/data/sql``, where ``aloft.data``'s
+``sql`` builder puts its databases), ``compare_order`` (``"auto"`` or ``"never"``), ``immutable``
+(False; True opens the file with ``immutable=1``, only for files nothing writes while training).
+
+Row extras: the database as ``db_path`` (absolute, or relative to ``db_dir``) and/or ``db_id``
+(``<db_dir>/<db_id>.sqlite`` or the Spider/BIRD layout ``<db_dir>/<db_id>/<db_id>.sqlite``; the
+first file that exists wins); the gold query as ``gold_sql`` or ``reward_spec["ground_truth"]``;
+``question`` (informational; the question itself is in the prompt).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from aloft.gym.core import Env, StepOutput
+from aloft.gym.tools.parsing import parse_tag_calls
+from aloft.gym.tools.sql import SqlExecutor, SqlTools
+from aloft.types import Message
+
+__all__ = [
+    "Reply",
+    "Text2SqlEnv",
+    "default_db_dir",
+    "has_top_level_order_by",
+    "parse_reply",
+    "results_match",
+]
+
+DEFAULT_CONFIG: dict[str, Any] = {
+    "max_turns": 5,
+    "timeout_s": 5.0,
+    "gold_timeout_s": 30.0,
+    "max_rows": 30,
+    "max_cell_chars": 80,
+    "db_dir": None,
+    "compare_order": "auto",
+    "immutable": False,
+}
+FLOAT_DECIMALS = 6
+"""Floats are compared rounded to this many decimals."""
+
+_THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
+_PROTOCOL_TAG = re.compile(r"</?(?:think|sql|solution|observation|reminder)\b", re.IGNORECASE)
+_OBSERVATION_TAG = re.compile(r"</?observation\b", re.IGNORECASE)
+
+
+def default_db_dir() -> Path:
+    """``$ALOFT_CACHE_DIR/data/sql`` (default ``~/.cache/aloft/data/sql``)."""
+    root = Path(os.environ.get("ALOFT_CACHE_DIR") or Path.home() / ".cache" / "aloft").expanduser()
+    return root / "data" / "sql"
+
+
+# ---- parsing a reply ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Reply:
+    """One reply, parsed: its action (``"sql"``, ``"solution"`` or None) and query, or why it is
+    badly formatted (``problem``; None when the format is fine)."""
+
+    action: str | None
+    query: str | None
+    problem: str | None
+
+
+def parse_reply(text: str) -> Reply:
+    """Parse one reply of the protocol (see the module docstring for the rules)."""
+    calls = parse_tag_calls(text, ["sql", "solution"], allow_unclosed=True, fenced_tags=("sql", "solution"))
+    if not calls:
+        return Reply(None, None, "no <sql> or <solution> block")
+    call = calls[0]
+    start = text.find(call.raw)
+    before, query = text[:start], call.arguments["input"]
+    if _OBSERVATION_TAG.search(before):
+        return Reply(
+            call.name, query, "the reply contains an <observation> tag; only the environment writes those"
+        )
+    if not _THINK.search(before):
+        return Reply(call.name, query, f"no <think>...</think> block before the <{call.name}> block")
+    if not query:
+        return Reply(call.name, query, f"the <{call.name}> block is empty")
+    if call.name == "solution" and _PROTOCOL_TAG.search(query):
+        return Reply(call.name, query, "the <solution> block contains protocol tags")
+    return Reply(call.name, query, None)
+
+
+# ---- comparing results ----------------------------------------------------------------------------
+_LITERAL_OR_COMMENT = re.compile(
+    r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|`[^`]*`|\[[^\]]*\]|--[^\n]*|/\*.*?(?:\*/|\Z)", re.DOTALL
+)
+_ORDER_BY = re.compile(r"\border\s+by\b", re.IGNORECASE)
+
+
+def has_top_level_order_by(sql: str) -> bool:
+    """Whether ``sql`` orders its final result (an ORDER BY outside parentheses, strings and comments)."""
+    text = _LITERAL_OR_COMMENT.sub(" ", sql)
+    depth, outside = 0, []
+    for char in text:
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth = max(depth - 1, 0)
+        elif depth == 0:
+            outside.append(char)
+    return bool(_ORDER_BY.search("".join(outside)))
+
+
+def _normalize_value(value: Any) -> Any:
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return value
+        if value.is_integer():
+            return int(value)
+        return round(value, FLOAT_DECIMALS)
+    return value
+
+
+def _normalize(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    return [tuple(_normalize_value(value) for value in row) for row in rows]
+
+
+def results_match(rows: list[tuple[Any, ...]], gold_rows: list[tuple[Any, ...]], ordered: bool) -> bool:
+    """Whether ``rows`` equal ``gold_rows``: as lists when ``ordered``, else as multisets (values
+    normalized: floats rounded to ``FLOAT_DECIMALS`` decimals, integral floats as ints)."""
+    if len(rows) != len(gold_rows):
+        return False
+    mine, gold = _normalize(rows), _normalize(gold_rows)
+    return mine == gold if ordered else Counter(mine) == Counter(gold)
+
+
+@lru_cache(maxsize=2048)
+def _gold_rows(
+    db_path: str, stamp: tuple[int, int], gold_sql: str, timeout_s: float
+) -> tuple[tuple[Any, ...], ...]:
+    """The gold query's rows, cached per (file, its mtime and size, query): envs are built per episode."""
+    with SqlExecutor(db_path, timeout_s=timeout_s, max_rows=None) as executor:
+        result = executor.execute(gold_sql)
+    if result.error is not None:
+        raise RuntimeError(
+            f"text2sql env: the row's gold query fails on {db_path!r}: {result.error}; fix the dataset row"
+        )
+    return tuple(result.rows)
+
+
+# ---- the env ------------------------------------------------------------------------------------
+class Text2SqlEnv(Env):
+    """Multi-turn text-to-SQL over a real read-only SQLite database. See the module docstring."""
+
+    def __init__(self, config: dict[str, Any] | None = None, extras: dict[str, Any] | None = None) -> None:
+        super().__init__(config, extras)
+        unknown = sorted(set(self.config) - set(DEFAULT_CONFIG))
+        if unknown:
+            raise ValueError(
+                f"text2sql env: unknown config keys {unknown}; accepted keys: {sorted(DEFAULT_CONFIG)}"
+            )
+        settings = {**DEFAULT_CONFIG, **self.config}
+        if self.extras.get("max_turns") is not None:
+            settings["max_turns"] = self.extras["max_turns"]
+        self.max_turns: int = settings["max_turns"]
+        if isinstance(self.max_turns, bool) or not isinstance(self.max_turns, int) or self.max_turns < 1:
+            raise ValueError(f"text2sql env: max_turns must be an integer >= 1, got {self.max_turns!r}")
+        if settings["compare_order"] not in ("auto", "never"):
+            raise ValueError(
+                f"text2sql env: compare_order must be 'auto' or 'never', got {settings['compare_order']!r}"
+            )
+        self.timeout_s = float(settings["timeout_s"])
+        self.gold_timeout_s = float(settings["gold_timeout_s"])
+        db_dir = Path(settings["db_dir"]).expanduser() if settings["db_dir"] else default_db_dir()
+        self.db_path = _resolve_db_path(self.extras, db_dir)
+        self.gold_sql = self._read_gold_sql()
+        self.ordered = settings["compare_order"] == "auto" and has_top_level_order_by(self.gold_sql)
+        self.tools = SqlTools(
+            self.db_path,
+            timeout_s=self.timeout_s,
+            max_rows=settings["max_rows"],
+            max_cell_chars=settings["max_cell_chars"],
+            immutable=bool(settings["immutable"]),
+        )
+        self._start_episode()
+
+    def _read_gold_sql(self) -> str:
+        gold = self.extras.get("gold_sql")
+        if gold is None:
+            reward_spec = self.extras.get("reward_spec")
+            gold = reward_spec.get("ground_truth") if isinstance(reward_spec, dict) else None
+        if not isinstance(gold, str) or not gold.strip():
+            raise ValueError(
+                "text2sql env: the row has no gold query; put it in the row's 'gold_sql' column "
+                "or in reward_spec.ground_truth"
+            )
+        return gold
+
+    def _start_episode(self) -> None:
+        self._turns = 0
+        self._probes = 0
+        self._sql_errors = 0
+        self._format_ok = False
+        self._correct = False
+        self._done = False
+
+    def reset(self, prompt: list[Message]) -> tuple[list[Message], dict[str, Any]]:
+        self._start_episode()
+        self.tools.reset_stats()
+        return super().reset(prompt)
+
+    def step(self, action: str) -> StepOutput:
+        if self._done:
+            raise RuntimeError("text2sql env: step() called after the episode ended; call reset() first")
+        self._turns += 1
+        reply = parse_reply(action)
+        info: dict[str, Any] = {"turn": self._turns, "action": reply.action}
+        if reply.problem is not None:
+            return self._finish(-1.0, {**info, "format_error": reply.problem})
+        assert reply.query is not None
+        if reply.action == "solution":
+            return self._grade(reply.query, info)
+        if self._turns >= self.max_turns:
+            return self._finish(
+                -1.0, {**info, "format_error": f"no <solution> within {self.max_turns} turns"}
+            )
+        self._probes += 1
+        result = self.tools.call("execute_sql", {"query": reply.query})
+        if not result.ok:
+            self._sql_errors += 1
+        left = self.max_turns - self._turns
+        if left == 1:
+            reminder = "You have 1 turn left: your next reply must give the final <solution>."
+        else:
+            reminder = f"You have {left} turns left to complete the task."
+        content = f"<observation>\n{result.output}\n</observation>\n<reminder>{reminder}</reminder>"
+        return StepOutput(
+            observations=[{"role": "user", "content": content}],
+            reward=0.0,
+            done=False,
+            info={**info, "sql_ok": result.ok, "turns_left": left},
+        )
+
+    def _grade(self, query: str, info: dict[str, Any]) -> StepOutput:
+        self._format_ok = True
+        gold = list(_gold_rows(str(self.db_path), _stamp(self.db_path), self.gold_sql, self.gold_timeout_s))
+        with SqlExecutor(self.db_path, timeout_s=self.timeout_s, max_rows=len(gold) + 1) as executor:
+            result = executor.execute(query)
+        if result.error is not None:
+            self._sql_errors += 1
+            return self._finish(0.0, {**info, "correct": False, "sql_error": result.error})
+        self._correct = not result.truncated and results_match(result.rows, gold, self.ordered)
+        return self._finish(
+            1.0 if self._correct else 0.0, {**info, "correct": self._correct, "ordered": self.ordered}
+        )
+
+    def _finish(self, reward: float, info: dict[str, Any]) -> StepOutput:
+        self._done = True
+        return StepOutput(observations=[], reward=reward, done=True, info=info)
+
+    def metrics(self) -> dict[str, float]:
+        """``format_ok`` and ``correct`` (0/1), ``turns`` taken, ``probes`` run and ``sql_errors``
+        (failed probes plus a solution that failed to run)."""
+        return {
+            "format_ok": float(self._format_ok),
+            "correct": float(self._correct),
+            "turns": float(self._turns),
+            "probes": float(self._probes),
+            "sql_errors": float(self._sql_errors),
+        }
+
+    def close(self) -> None:
+        self.tools.close()
+        super().close()
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    status = path.stat()
+    return status.st_mtime_ns, status.st_size
+
+
+def _resolve_db_path(extras: dict[str, Any], db_dir: Path) -> Path:
+    candidates: list[Path] = []
+    db_path, db_id = extras.get("db_path"), extras.get("db_id")
+    if db_path:
+        path = Path(str(db_path)).expanduser()
+        candidates.append(path if path.is_absolute() else db_dir / path)
+    if db_id:
+        candidates += [db_dir / f"{db_id}.sqlite", db_dir / str(db_id) / f"{db_id}.sqlite"]
+    if not candidates:
+        raise ValueError("text2sql env: the row names no database; give it a 'db_path' or a 'db_id' column")
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    tried = ", ".join(str(candidate) for candidate in candidates)
+    raise FileNotFoundError(
+        f"text2sql env: no database file for this row (tried {tried}); build the built-in databases with "
+        "`aloft data build sql` (aloft.data.sources.sql.database_path) or set the env config's db_dir"
+    )

@@ -3,6 +3,8 @@
 aloft train quickstart trainer.max_steps=20 algorithm.advantage=rloo
 aloft train --help                      # every config field with its doc
 aloft eval runs/quickstart --builder arithmetic --size 64 --n 4
+aloft data build sql --n 30 --split eval --out sql_eval.jsonl -o db=chinook
+aloft data list
 """
 
 from __future__ import annotations
@@ -40,9 +42,30 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--temperature", type=float, default=0.0)
     ev.add_argument("--max-new-tokens", type=int, default=64)
     ev.add_argument("--dtype", choices=["float32", "bfloat16"], default="bfloat16")
+    ev.add_argument("--max-turns", type=int, default=1, help="turn limit for multi-turn envs")
+    data = sub.add_parser("data", help="build ready-to-train datasets: aloft data build NAME --out FILE")
+    data_sub = data.add_subparsers(dest="data_command")
+    data_sub.add_parser("list", help="the built-in dataset builders")
+    build = data_sub.add_parser("build", help="write rows of a built-in builder (.jsonl or .parquet)")
+    build.add_argument("name", help="builder: arithmetic, reasoning_gym, math, mmath, code, search, sql")
+    build.add_argument(
+        "-o",
+        "--option",
+        dest="options",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a builder option, repeatable (e.g. -o source=gsm_symbolic)",
+    )
+    build.add_argument("--n", type=int, required=True, help="rows to build")
+    build.add_argument("--split", choices=["train", "eval"], default="train")
+    build.add_argument("--seed", type=int, default=0)
+    build.add_argument("--out", required=True, help="output file (.jsonl or .parquet)")
     args = parser.parse_args(argv)
     if args.command == "eval":
         return _eval(args)
+    if args.command == "data":
+        return _data(args, data)
     parser.print_help()
     return 1
 
@@ -105,7 +128,7 @@ def _eval(args: argparse.Namespace) -> int:
     if args.data:
         rows = [r for path in args.data for r in read_rows(path, default_env=args.env)][: args.size]
     elif args.builder:
-        raw = build_dataset(args.builder, n=args.size, seed=args.seed)
+        raw = build_dataset(args.builder, n=args.size, seed=args.seed, split="eval")
         rows = [
             validate_row(r, i, f"builder {args.builder}", default_env=args.env) for i, r in enumerate(raw)
         ]
@@ -123,12 +146,43 @@ def _eval(args: argparse.Namespace) -> int:
             from safetensors.torch import load_file
 
             await engine.update_weights(list(load_file(weights).items()), version=1)
-        generator = Generator(engine, tokenizer, limits=EpisodeLimits(max_total_tokens=args.max_new_tokens))
+        limits = EpisodeLimits(
+            max_turns=args.max_turns, max_total_tokens=args.max_new_tokens * args.max_turns * 4
+        )
+        generator = Generator(engine, tokenizer, limits=limits)
         sampling = SamplingParams(max_tokens=args.max_new_tokens, temperature=args.temperature)
         metrics, _ = await evaluate(generator, rows, n=args.n, sampling=sampling, seed=args.seed)
         return metrics
 
     print(json.dumps({k: round(v, 4) for k, v in asyncio.run(run()).items()}, indent=1))
+    return 0
+
+
+def _data(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    import yaml
+
+    from aloft.data import build_dataset, dataset_builders, write_rows
+
+    if args.data_command == "list":
+        print("\n".join(dataset_builders()))
+        return 0
+    if args.data_command != "build":
+        parser.print_help()
+        return 1
+    options = {}
+    for option in args.options:
+        key, sep, value = option.partition("=")
+        if not sep or not key:
+            print(f"aloft: builder option {option!r} must look like key=value", file=sys.stderr)
+            return 2
+        options[key] = yaml.safe_load(value)
+    try:
+        rows = build_dataset(args.name, n=args.n, seed=args.seed, split=args.split, **options)
+    except ValueError as error:
+        print(f"aloft: {error}", file=sys.stderr)
+        return 2
+    write_rows(args.out, rows)
+    print(f"wrote {len(rows)} rows to {args.out}")
     return 0
 
 

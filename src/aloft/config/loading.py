@@ -44,9 +44,17 @@ def read_preset_or_file(preset_or_path: str) -> dict[str, Any]:
                 f"unknown preset '{preset_or_path}'; known presets: {presets()} (or a YAML path)"
             )
         text = (resources.files("aloft.config") / "presets" / f"{preset_or_path}.yaml").read_text()
+    return _mapping(text, preset_or_path)
+
+
+def _read_yaml_resource(relative: str, what: str) -> dict[str, Any]:
+    return _mapping((resources.files("aloft.config") / "presets" / relative).read_text(), what)
+
+
+def _mapping(text: str, what: str) -> dict[str, Any]:
     raw = yaml.safe_load(text) or {}
     if not isinstance(raw, dict):
-        raise ConfigError(f"{preset_or_path}: the top level must be a mapping of sections")
+        raise ConfigError(f"{what}: the top level must be a mapping of sections")
     return raw
 
 
@@ -71,11 +79,50 @@ def apply_override(raw: dict[str, Any], override: str) -> None:
 
 
 def load_config(preset_or_path: str | None = None, overrides: list[str] | None = None) -> AloftConfig:
-    """Resolve a preset (or YAML path) plus overrides into a validated config."""
+    """Resolve a preset (or YAML path) plus overrides into a validated config.
+
+    Choosing an env on the command line (``env=text2sql`` or ``env.name=text2sql``) first merges
+    that env's overlay (``presets/envs/<env>.yaml``: its dataset builder, turn limit, stop strings,
+    token budgets) over the preset, so ``aloft train quickstart env=text2sql`` trains on SQL data;
+    the other overrides still win over the overlay.
+    """
     raw = read_preset_or_file(preset_or_path) if preset_or_path else {}
-    for override in overrides or []:
+    overrides = list(overrides or [])
+    env_name = _env_override(overrides)
+    if env_name is not None and env_name in env_overlays():
+        _deep_merge(raw, _read_yaml_resource(f"envs/{env_name}.yaml", f"env overlay {env_name}"))
+    if isinstance(raw.get("env"), str):
+        raw["env"] = {"name": raw["env"]}
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.strip() == "env" and not value.strip().startswith("{"):
+            override = f"env.name={value}"  # keep the env section's other keys (the overlay's config)
         apply_override(raw, override)
     return validate_config(raw)
+
+
+def env_overlays() -> list[str]:
+    """Env ids with a built-in overlay (``presets/envs/<env>.yaml``)."""
+    folder = resources.files("aloft.config") / "presets" / "envs"
+    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def _env_override(overrides: list[str]) -> str | None:
+    """The env id chosen by the last ``env=X`` / ``env.name=X`` override, if any."""
+    chosen = None
+    for override in overrides:
+        key, sep, value = override.partition("=")
+        if sep and key.strip() in ("env", "env.name") and not value.strip().startswith("{"):
+            chosen = value.strip()
+    return chosen
+
+
+def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> None:
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _deep_merge(base[key], value)
+        else:
+            base[key] = value
 
 
 def validate_config(raw: dict[str, Any]) -> AloftConfig:

@@ -16,10 +16,11 @@ from aloft.config import load_config
 from aloft.data import build_dataset, validate_row
 from aloft.gym import make
 from aloft.gym.envs import BUILTIN_ENVS
+from aloft.inference import make_engine
 from aloft.models import build_tiny_model, load_tokenizer
 from aloft.rollout import EpisodeLimits, Generator
 from aloft.trainer import Trainer
-from aloft.types import Completion, GenerationRequest, RolloutStatus, SamplingParams
+from aloft.types import RolloutStatus, SamplingParams
 
 # Replies of a policy that uses each env's protocol: a tool call first, then an answer.
 SCRIPTS: dict[str, list[str]] = {
@@ -35,31 +36,6 @@ SCRIPTS: dict[str, list[str]] = {
     "code_feedback": ["```python\ndef f():\n    return 0\n```", "```python\ndef f():\n    return 1\n```"],
 }
 MULTI_TURN = {"math_tool", "search", "text2sql", "code_feedback"}
-
-
-class ScriptedEngine:
-    """An InferenceEngine whose 'model' writes the k-th scripted reply on the k-th assistant turn."""
-
-    version = 0
-
-    def __init__(self, tokenizer, replies: list[str]) -> None:
-        self.tokenizer = tokenizer
-        self.replies = replies
-        self.end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-
-    def tokenize(self, reply: str) -> list[int]:
-        return self.tokenizer.encode(reply, add_special_tokens=False) + [self.end]
-
-    async def generate(self, requests: list[GenerationRequest]) -> list[Completion]:
-        out = []
-        for request in requests:
-            turn = self.tokenizer.decode(request.prompt_ids).count("<|im_start|>assistant") - 1
-            ids = self.tokenize(self.replies[min(turn, len(self.replies) - 1)])
-            out.append(Completion(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason="stop"))
-        return out
-
-    def close(self) -> None:
-        pass
 
 
 def env_rows(env_id: str, n: int):
@@ -91,7 +67,7 @@ def test_token_in_token_out(env_id, tiny_model_dir):
     cfg, rows = env_rows(env_id, 3)
     replies = SCRIPTS[env_id]
     gen = Generator(
-        ScriptedEngine(tokenizer, replies),
+        make_engine("scripted", tokenizer=tokenizer, replies=replies),
         tokenizer,
         limits=EpisodeLimits(max_turns=len(replies), max_total_tokens=100_000),
         default_env_config={**cfg.env.config, "max_turns": len(replies)},

@@ -53,7 +53,7 @@ class InferenceEngine(Protocol):
 
 _ENGINES: dict[str, Callable[..., InferenceEngine]] = {}
 
-_BUILTIN_ENGINE_MODULES = {"hf": "aloft.inference.hf"}
+_BUILTIN_ENGINE_MODULES = {"hf": "aloft.inference.hf", "scripted": "aloft.inference.scripted"}
 """Backends that ship with aloft, imported on first use so this module stays light (and torch-free)."""
 
 

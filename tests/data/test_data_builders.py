@@ -14,7 +14,7 @@ from aloft.gym import check_env, make
 def test_builders_are_listed():
     names = dataset_builders()
     assert names == sorted(names)
-    assert {"arithmetic", "reasoning_gym", "math", "mmath", "search", "sql"} <= set(names)
+    assert {"arithmetic", "reasoning_gym", "math", "mmath", "search", "sql", "code"} <= set(names)
 
 
 def test_arithmetic_rows_have_the_documented_shape():

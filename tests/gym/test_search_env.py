@@ -16,7 +16,7 @@ import pytest
 
 from aloft.data import build_dataset
 from aloft.data.sources.search import corpus_path
-from aloft.gym import check_env, make, register, registered
+from aloft.gym import check_env, make
 from aloft.gym.envs.search import INVALID_ACTION_MESSAGE, exact_match, f1_score, normalize_answer
 from aloft.gym.tools.search import (
     Hit,
@@ -29,9 +29,6 @@ from aloft.gym.tools.search import (
     render_hits,
 )
 from aloft.gym.tools.search_server import SearchServer
-
-if "search" not in registered():
-    register("search", "aloft.gym.envs.search:SearchEnv")
 
 DOCUMENTS = [
     {

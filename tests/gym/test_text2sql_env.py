@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from aloft.data.sources.sql import database_path
-from aloft.gym import check_env, make, register, registered
+from aloft.gym import check_env, make
 from aloft.gym import core as gym_core
 from aloft.gym.envs.text2sql import Text2SqlEnv, has_top_level_order_by, parse_reply
 
@@ -32,8 +32,6 @@ def db_dir(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(autouse=True)
 def text2sql_registered():
     saved = dict(gym_core._REGISTRY)
-    if "text2sql" not in registered():
-        register("text2sql", ENTRY_POINT)
     yield
     gym_core._REGISTRY.clear()
     gym_core._REGISTRY.update(saved)

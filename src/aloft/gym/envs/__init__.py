@@ -5,6 +5,8 @@ from __future__ import annotations
 
 BUILTIN_ENVS: dict[str, str] = {
     "arithmetic": "aloft.gym.envs.arithmetic:ArithmeticEnv",
+    "code": "aloft.gym.envs.code:CodeEnv",
+    "code_feedback": "aloft.gym.envs.code:CodeFeedbackEnv",
     "math": "aloft.gym.envs.math:MathEnv",
     "math_tool": "aloft.gym.envs.math:MathToolEnv",
     "search": "aloft.gym.envs.search:SearchEnv",

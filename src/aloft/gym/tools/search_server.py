@@ -48,6 +48,8 @@ def _parse_request(body: Any, default_topk: int, max_topk: int) -> tuple[list[st
     if not isinstance(body, dict):
         raise ValueError("the request body must be a JSON object")
     queries = body.get("queries")
+    if queries is None and isinstance(body.get("query"), str):  # skyrl-gym's search tool: one query
+        queries = [body["query"]]
     if not isinstance(queries, list) or not all(isinstance(query, str) for query in queries):
         raise ValueError("'queries' must be a list of strings")
     if len(queries) > MAX_QUERIES:

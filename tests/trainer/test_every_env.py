@@ -1,8 +1,9 @@
 """Every registered built-in env, end to end through the real Generator and the real trainer.
 
-1. Token-in/token-out: a scripted policy (fixed replies that use each env's tools) drives real
-   multi-turn episodes; the decoded trajectories contain each observation exactly once, every
-   observation token has ``loss_mask`` 0 and the policy tokens are exactly the replies' tokens.
+1. Token-in/token-out: a scripted policy (``aloft.gym.envs.EXAMPLE_REPLIES``: fixed replies that use
+   each env's tools) drives real multi-turn episodes; the decoded trajectories contain each
+   observation exactly once, every observation token has ``loss_mask`` 0 and the policy tokens are
+   exactly the replies' tokens.
 2. Each env trains two steps with a tiny random model through ``env=<id>`` (its preset overlay).
 """
 
@@ -15,26 +16,13 @@ import pytest
 from aloft.config import load_config
 from aloft.data import build_dataset, validate_row
 from aloft.gym import make
-from aloft.gym.envs import BUILTIN_ENVS
+from aloft.gym.envs import BUILTIN_ENVS, EXAMPLE_REPLIES
 from aloft.inference import make_engine
 from aloft.models import build_tiny_model, load_tokenizer
 from aloft.rollout import EpisodeLimits, Generator
 from aloft.trainer import Trainer
 from aloft.types import RolloutStatus, SamplingParams
 
-# Replies of a policy that uses each env's protocol: a tool call first, then an answer.
-SCRIPTS: dict[str, list[str]] = {
-    "arithmetic": ["The answer is 7."],
-    "math": ["3 + 4 = 7, so \\boxed{7}"],
-    "math_tool": ["<calculator>3+4</calculator>", "So \\boxed{7}"],
-    "search": ["<search>programming language</search>", "<answer>lisp</answer>"],
-    "text2sql": [
-        "<think>look first</think><sql>SELECT COUNT(*) FROM sqlite_master</sql>",
-        "<think>now answer</think><solution>SELECT 1</solution>",
-    ],
-    "code": ["```python\nprint(1)\n```"],
-    "code_feedback": ["```python\ndef f():\n    return 0\n```", "```python\ndef f():\n    return 1\n```"],
-}
 MULTI_TURN = {"math_tool", "search", "text2sql", "code_feedback"}
 
 
@@ -58,14 +46,16 @@ def long_tiny_model(tmp_path_factory):
 
 
 def test_every_builtin_env_has_a_script():
-    assert set(BUILTIN_ENVS) <= set(SCRIPTS), "add a scripted policy for the new env above"
+    assert set(BUILTIN_ENVS) <= set(EXAMPLE_REPLIES), (
+        "add the new env's replies to aloft.gym.envs.EXAMPLE_REPLIES"
+    )
 
 
 @pytest.mark.parametrize("env_id", sorted(BUILTIN_ENVS))
 def test_token_in_token_out(env_id, tiny_model_dir):
     tokenizer = load_tokenizer(tiny_model_dir)
     cfg, rows = env_rows(env_id, 3)
-    replies = SCRIPTS[env_id]
+    replies = EXAMPLE_REPLIES[env_id]
     gen = Generator(
         make_engine("scripted", tokenizer=tokenizer, replies=replies),
         tokenizer,

@@ -1,0 +1,47 @@
+"""Smoke tests of the scripts in benchmarks/: each runs end to end at toy sizes and writes its JSON."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def load_benchmark(name: str):
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_env_throughput_runs(tmp_path, capsys):
+    bench = load_benchmark("env_throughput")
+    out = tmp_path / "env.json"
+    argv = ["--envs", "arithmetic", "--in-flight", "4", "--rounds", "2", "--sandbox-calls", "1"]
+    bench.main([*argv, "--json", str(out)])
+    figures = json.loads(out.read_text())
+    assert figures["benchmark"] == "env_throughput"
+    assert figures["in_flight"] == 4
+    (result,) = figures["results"]
+    assert result["env"] == "arithmetic"
+    assert math.isfinite(result["speedup"]) and result["speedup"] > 0
+    for mode, in_flight in (("concurrent", 4), ("sequential", 1)):
+        figures_of = result[mode]
+        assert figures_of["in_flight"] == in_flight
+        assert figures_of["rounds"] == 2 and figures_of["episodes"] == 8
+        assert figures_of["env_steps"] == 8 and figures_of["env_errors"] == 0
+        for key in ("episodes_per_s", "env_steps_per_s", "step_ms_mean", "step_ms_p95", "step_share"):
+            assert math.isfinite(figures_of[key]) and figures_of[key] > 0, (mode, key)
+        assert 0 < figures_of["generator_share"] < 1
+    if figures["sandbox_mode"].startswith("unavailable"):
+        assert figures["sandbox"] == []
+    else:
+        assert [row["program"] for row in figures["sandbox"]] == list(bench.SANDBOX_PROGRAMS)
+        for row in figures["sandbox"]:
+            for key in ("exec_ms", "subprocess_ms", "sandbox_ms", "ratio_sandbox_over_subprocess"):
+                assert row[key] > 0, key
+    printed = capsys.readouterr().out
+    assert "arithmetic" in printed and "speed-up" in printed

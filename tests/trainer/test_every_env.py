@@ -15,7 +15,7 @@ import pytest
 
 from aloft.config import load_config
 from aloft.data import build_dataset, validate_row
-from aloft.gym import make
+from aloft.gym import check_env, make
 from aloft.gym.envs import BUILTIN_ENVS, EXAMPLE_REPLIES
 from aloft.inference import make_engine
 from aloft.models import build_tiny_model, load_tokenizer
@@ -49,6 +49,13 @@ def test_every_builtin_env_has_a_script():
     assert set(BUILTIN_ENVS) <= set(EXAMPLE_REPLIES), (
         "add the new env's replies to aloft.gym.envs.EXAMPLE_REPLIES"
     )
+
+
+@pytest.mark.parametrize("env_id", sorted(BUILTIN_ENVS))
+def test_check_env_passes(env_id):
+    """The conformance checks (types, determinism, finite rewards, close twice) on each env's own data."""
+    cfg, rows = env_rows(env_id, 4)
+    check_env(env_id, rows, cfg.env.config)
 
 
 @pytest.mark.parametrize("env_id", sorted(BUILTIN_ENVS))

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from aloft.algorithms import entropy_from_logits, logprobs_from_logits
+from aloft.algorithms import entropy_from_logits, logprobs_and_entropy_from_logits, logprobs_from_logits
 
 # Logits [0, ln 3] -> probs [1/4, 3/4]: logprobs [ln 0.25, ln 0.75] = [-1.386294, -0.287682];
 # entropy -(0.25 ln 0.25 + 0.75 ln 0.75) = 0.346574 + 0.215762 = 0.562335.
@@ -76,3 +76,42 @@ def test_shape_errors():
         logprobs_from_logits(torch.zeros(2, 3, 4), torch.zeros(2, 4, dtype=torch.long))
     with pytest.raises(ValueError, match=r"\[B, T, V\]"):
         entropy_from_logits(torch.zeros(2, 3))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_logprobs_and_entropy_in_one_pass_match_the_separate_functions(dtype):
+    generator = torch.Generator().manual_seed(2)
+    base = (torch.randn(3, 5, 17, generator=generator) * 3).to(dtype)
+    ids = torch.randint(0, 17, (3, 5), generator=generator)
+    weights = torch.randn(3, 5, generator=generator)
+    for temperature in (1.0, 0.7):
+        separate = base.clone().requires_grad_()
+        logprobs = logprobs_from_logits(separate, ids, temperature=temperature)
+        entropy = entropy_from_logits(separate.detach(), temperature=temperature)
+        (logprobs * weights).sum().backward()
+        fused = base.clone().requires_grad_()
+        fused_logprobs, fused_entropy = logprobs_and_entropy_from_logits(
+            fused, ids, temperature=temperature, entropy_grad=False
+        )
+        assert not fused_entropy.requires_grad
+        (fused_logprobs * weights).sum().backward()
+        assert torch.equal(fused_logprobs, logprobs)  # same ops: the same bits
+        assert torch.equal(fused.grad, separate.grad)
+        torch.testing.assert_close(fused_entropy, entropy, atol=1e-5, rtol=1e-5)
+    # entropy_grad=True: the entropy is differentiable like entropy_from_logits
+    logits = base.float().requires_grad_()
+    _, entropy = logprobs_and_entropy_from_logits(logits, ids)
+    (reference,) = torch.autograd.grad(entropy_from_logits(logits).sum(), logits)
+    (grad,) = torch.autograd.grad(entropy.sum(), logits)
+    torch.testing.assert_close(grad, reference, atol=1e-5, rtol=1e-4)
+    empty = logprobs_and_entropy_from_logits(base[:0], ids[:0])
+    assert empty[0].shape == empty[1].shape == (0, 5)
+
+
+def test_bf16_rows_get_their_own_gradients():
+    """Half-precision rows are split with one ``unbind`` (a backward over per-row ``logits[i]``
+    selects cost O(B^2 T V)); each row's gradient still lands in that row only."""
+    logits = torch.randn(4, 3, 11).bfloat16().requires_grad_()
+    ids = torch.randint(0, 11, (4, 3))
+    logprobs_from_logits(logits, ids)[1].sum().backward()
+    assert logits.grad[[0, 2, 3]].abs().sum() == 0 and logits.grad[1].abs().sum() > 0

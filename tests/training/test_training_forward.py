@@ -67,3 +67,47 @@ def test_shared_prompt_forward_equals_plain_forward(tiny_model_dir):
     torch.testing.assert_close(logits_seen[1][mask], logits_seen[0][mask], atol=1e-4, rtol=1e-4)
     for name in grads[0]:
         torch.testing.assert_close(grads[1][name], grads[0][name], atol=1e-3, rtol=1e-3, msg=name)
+
+
+def test_short_rows_under_bf16_autocast_use_eager_attention_and_match_sdpa(tiny_model_dir, monkeypatch):
+    """On CPU under bf16 autocast, short rows run eager attention (SDPA's bf16 flash backward is slow
+    there); the model's setting is restored, and logits and gradients agree with SDPA's."""
+    from aloft.training import workers
+
+    model = load_model(tiny_model_dir).train()
+    batch = collate(trajectories(), pad_token_id=0, group_index={f"g{k}": k for k in range(3)})
+    seen: list[str] = []
+    original = model.set_attn_implementation
+
+    def spy(name: str) -> None:
+        seen.append(name)
+        original(name)
+
+    monkeypatch.setattr(model, "set_attn_implementation", spy)
+    results = []
+    for max_width in (workers.EAGER_ATTENTION_MAX_WIDTH, 0):  # eager, then SDPA
+        monkeypatch.setattr(workers, "EAGER_ATTENTION_MAX_WIDTH", max_width)
+        model.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = completion_logits(model, batch, share_prompts=True)
+        logits.float().logsumexp(-1).mul(batch.loss_mask).sum().backward()
+        results.append((logits.detach().float(), [p.grad.clone() for p in model.parameters()]))
+        assert model.config._attn_implementation == "sdpa"
+    assert seen == ["eager", "sdpa"]  # swapped once for the first call only
+    mask = batch.loss_mask.bool()
+    torch.testing.assert_close(results[0][0][mask], results[1][0][mask], atol=0.1, rtol=0.02)
+    for eager_grad, sdpa_grad in zip(results[0][1], results[1][1]):
+        assert (eager_grad - sdpa_grad).norm() <= 0.05 * sdpa_grad.norm() + 1e-6
+
+
+def test_named_weights_cover_the_state_dict_once_per_tensor(tiny_model_dir):
+    from aloft.training import PolicyWorker
+    from aloft.training.workers import OptimSettings
+
+    policy = PolicyWorker(tiny_model_dir, OptimSettings(lr=1e-3))
+    state = policy.model.state_dict()
+    named = dict(policy.named_weights())
+    assert set(named) <= set(state)
+    ptrs = [t.data_ptr() for t in named.values()]
+    assert len(ptrs) == len(set(ptrs))
+    assert {t.data_ptr() for t in state.values()} == set(ptrs)

@@ -21,7 +21,11 @@ from aloft.algorithms.filters import (
     soft_overlong_penalty,
 )
 from aloft.algorithms.kl import KL_ESTIMATORS, apply_kl_penalty_to_rewards, kl_divergence
-from aloft.algorithms.logits import entropy_from_logits, logprobs_from_logits
+from aloft.algorithms.logits import (
+    entropy_from_logits,
+    logprobs_and_entropy_from_logits,
+    logprobs_from_logits,
+)
 from aloft.algorithms.reductions import (
     LOSS_REDUCTIONS,
     LossNormalizer,
@@ -57,6 +61,7 @@ __all__ = [
     "get_advantage_estimator",
     "get_policy_loss",
     "kl_divergence",
+    "logprobs_and_entropy_from_logits",
     "logprobs_from_logits",
     "masked_mean",
     "masked_whiten",

@@ -24,12 +24,17 @@ def _effective_temperature(temperature: float) -> float:
 
 def _per_sequence(logits: torch.Tensor, fn: Callable[[torch.Tensor, int], torch.Tensor]) -> torch.Tensor:
     """Apply ``fn(float_logits [T, V] or [B, T, V], row)`` in float32 or better, a row at a time for
-    half-precision logits."""
+    half-precision logits.
+
+    Rows come from one ``unbind``, not from ``logits[row]``: the backward of ``B`` separate selects
+    would build ``B`` zero-filled ``[B, T, V]`` gradients and add them up (``O(B^2 T V)``, seconds
+    for a 32-row batch over a 49k vocabulary); ``unbind``'s backward stacks the row gradients once.
+    """
     if logits.dtype in _FULL_PRECISION:
         return fn(logits, -1)
     if logits.shape[0] == 0:
         return logits.new_zeros(logits.shape[:-1], dtype=torch.float32)
-    return torch.stack([fn(logits[row].float(), row) for row in range(logits.shape[0])])
+    return torch.stack([fn(row_logits.float(), row) for row, row_logits in enumerate(logits.unbind(0))])
 
 
 def logprobs_from_logits(
@@ -75,3 +80,39 @@ def entropy_from_logits(logits: torch.Tensor, temperature: float = 1.0) -> torch
         ).sum(-1)
 
     return _per_sequence(logits, entropy)
+
+
+def logprobs_and_entropy_from_logits(
+    logits: torch.Tensor, token_ids: torch.Tensor, temperature: float = 1.0, *, entropy_grad: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(logprobs, entropy)``, each ``[B, T]`` float32, as ``logprobs_from_logits`` and
+    ``entropy_from_logits`` give them (up to float rounding), in one pass over the logits.
+
+    The float32 upcast and the logsumexp are shared, and the softmax is ``exp(z - logsumexp)``. With
+    ``entropy_grad=False`` the entropy is a constant (a metric): no ``[B, T, V]`` softmax is kept
+    for the backward pass. ``logprobs`` is differentiable in ``logits`` either way.
+    """
+    if logits.dim() != 3 or token_ids.shape != logits.shape[:2]:
+        raise ValueError(
+            f"logits must be [B, T, V] and token_ids [B, T], got {tuple(logits.shape)} and "
+            f"{tuple(token_ids.shape)}"
+        )
+    temperature = _effective_temperature(temperature)
+
+    def both(float_logits: torch.Tensor, row: int) -> torch.Tensor:
+        ids = token_ids if row < 0 else token_ids[row]
+        if temperature != 1.0:
+            float_logits = float_logits / temperature
+        lse = torch.logsumexp(float_logits, dim=-1)
+        logprobs = float_logits.gather(-1, ids.long().unsqueeze(-1)).squeeze(-1) - lse
+        with torch.set_grad_enabled(torch.is_grad_enabled() and entropy_grad):
+            z, z_lse = (float_logits, lse) if entropy_grad else (float_logits.detach(), lse.detach())
+            entropy = z_lse - (torch.exp(z - z_lse.unsqueeze(-1)) * z).sum(-1)
+        return torch.stack([logprobs, entropy])  # [2, (B,) T]
+
+    if logits.shape[0] == 0 and logits.dtype not in _FULL_PRECISION:
+        empty = logits.new_zeros(logits.shape[:-1], dtype=torch.float32)
+        return empty, empty.clone()
+    out = both(logits, -1) if logits.dtype in _FULL_PRECISION else _per_sequence(logits, both).transpose(0, 1)
+    logprobs, entropy = out[0], out[1]  # out: [2, B, T]
+    return logprobs, entropy if entropy_grad else entropy.detach()

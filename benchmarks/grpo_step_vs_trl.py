@@ -137,6 +137,12 @@ def run_aloft(spec: dict[str, Any]) -> dict[str, Any]:
             "optim.max_grad_norm=1.0",
             f"optim.micro_batch_size={batch}",
             f"optim.bf16_autocast={str(bf16).lower()}",
+            # TRL's GRPOTrainer: one generation round, symmetric clip (epsilon_high = epsilon = 0.2).
+            "algorithm.advantage=grpo",
+            "algorithm.policy_loss=ppo",
+            "algorithm.dynamic_sampling=false",
+            "algorithm.clip_low=0.2",
+            "algorithm.clip_high=0.2",
             "algorithm.kl_coef=0.0",
             "algorithm.ppo_epochs=1",
             "algorithm.mini_batches=1",

@@ -167,7 +167,12 @@ def _built(
 ) -> list[DatasetRow]:
     if not path.exists():  # built once per run dir, so a resumed run reads the same rows
         assert builder is not None
-        write_rows(path, build_dataset(builder, n=n, seed=seed, split=split, **args))
+        try:
+            rows = build_dataset(builder, n=n, seed=seed, split=split, **args)
+        except ValueError as error:  # too many rows asked of a fixed dataset, a bad option, ...
+            size_key = "data.train_size" if split == "train" else "data.eval_size"
+            raise ConfigError(f"{error} (check {size_key} and data.builder_args)") from None
+        write_rows(path, rows)
     return read_rows(path, default_env=default_env)
 
 

@@ -1,10 +1,11 @@
-"""The ``aloft`` command: train, eval, --version.
+"""The ``aloft`` command: train, eval, data, serve, --version.
 
 aloft train quickstart trainer.max_steps=20 algorithm.advantage=rloo
 aloft train --help                      # every config field with its doc
 aloft eval runs/quickstart --builder arithmetic --size 64 --n 4
 aloft data build sql --n 30 --split eval --out sql_eval.jsonl -o db=chinook
 aloft data list
+aloft serve MODEL --port 8000 --api-key KEY   # OpenAI-compatible server (needs aloft[serve])
 """
 
 from __future__ import annotations
@@ -61,7 +62,17 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--split", choices=["train", "eval"], default="train")
     build.add_argument("--seed", type=int, default=0)
     build.add_argument("--out", required=True, help="output file (.jsonl or .parquet)")
+    srv = sub.add_parser("serve", help="an OpenAI-compatible server over an engine: aloft serve MODEL")
+    srv.add_argument("model", help="model dir, built-in name or hub id")
+    srv.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
+    srv.add_argument("--port", type=int, default=8000)
+    srv.add_argument("--dtype", choices=["float32", "bfloat16", "auto"], default="float32")
+    srv.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY (all but /health)")
+    srv.add_argument("--backend", default="hf", help="inference engine to serve (default: hf)")
+    srv.add_argument("--served-model-name", default=None, help="model id in /v1/models (default: MODEL)")
     args = parser.parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
     if args.command == "eval":
         return _eval(args)
     if args.command == "data":
@@ -155,6 +166,28 @@ def _eval(args: argparse.Namespace) -> int:
         return metrics
 
     print(json.dumps({k: round(v, 4) for k, v in asyncio.run(run()).items()}, indent=1))
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        from aloft.inference.server import serve
+    except ImportError as error:
+        print(
+            f"aloft: serve needs fastapi and uvicorn (pip install 'aloft[serve]'): {error}", file=sys.stderr
+        )
+        return 2
+    from aloft.models import resolve_model_path
+
+    serve(
+        resolve_model_path(args.model),
+        host=args.host,
+        port=args.port,
+        dtype=args.dtype,
+        api_key=args.api_key,
+        backend=args.backend,
+        served_model_name=args.served_model_name or args.model,
+    )
     return 0
 
 

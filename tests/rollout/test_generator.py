@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 import time
 
@@ -137,3 +138,47 @@ def test_missing_env_fails_the_trajectory_not_the_run(engine, tokenizer):
     )
     assert [t.status for g in groups for t in g.trajectories] == [RolloutStatus.ENV_ERROR] * 2
     assert "no_such_env" in groups[0].trajectories[0].info["error"]
+
+
+class JitteryEnv(Env):
+    """Two turns whose steps take a random time: without lockstep, requests reach the engine in any order."""
+
+    def step(self, action: str) -> StepOutput:
+        time.sleep(random.random() * 0.02)
+        self.turn = getattr(self, "turn", 0) + 1
+        return StepOutput(
+            observations=[{"role": "user", "content": "again"}], reward=0.0, done=self.turn >= 2
+        )
+
+
+if "test_jittery" not in registered():
+    register("test_jittery", JitteryEnv)
+
+
+class RecordingEngine:
+    """The scripted engine, recording the seeds of each generate call (one call = one batch)."""
+
+    def __init__(self, tokenizer):
+        self.inner = make_engine("scripted", tokenizer=tokenizer, replies=["a", "b"])
+        self.version = 0
+        self.calls: list[list[int]] = []
+
+    async def generate(self, requests):
+        self.calls.append([r.sampling.seed for r in requests])
+        return await self.inner.generate(requests)
+
+
+def test_lockstep_gives_the_engine_the_same_batches_every_run(tokenizer):
+    runs = []
+    for _ in range(2):
+        engine = RecordingEngine(tokenizer)
+        gen = Generator(
+            engine, tokenizer, limits=EpisodeLimits(max_turns=2, max_total_tokens=100), lockstep=True
+        )
+        groups = gen.generate_sync(
+            rows(4, "test_jittery"), n=2, sampling=SamplingParams(max_tokens=4), seed=0
+        )
+        assert all(t.info["turns"] == 2 for g in groups for t in g.trajectories)
+        runs.append(engine.calls)
+    assert runs[0] == runs[1]
+    assert [len(call) for call in runs[0]] == [8, 8]  # every live episode's turn in one call

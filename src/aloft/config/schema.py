@@ -196,7 +196,8 @@ class TrainerConfig(Section):
     seed: int = 0
     """Seed for data order, sampling and initialisation."""
     deterministic: bool = False
-    """torch.use_deterministic_algorithms and single-threaded ops: bit-exact resume, slower."""
+    """torch.use_deterministic_algorithms, single-threaded ops and lockstep rollouts (each turn's
+    requests reach the engine as one batch in a fixed order): bit-exact reruns and resume, slower."""
     loggers: list[Literal["jsonl", "tensorboard", "wandb"]] = ["jsonl", "tensorboard"]
     """Metric sinks (console progress is always on)."""
     progress_bar: bool = True

@@ -53,7 +53,11 @@ class InferenceEngine(Protocol):
 
 _ENGINES: dict[str, Callable[..., InferenceEngine]] = {}
 
-_BUILTIN_ENGINE_MODULES = {"hf": "aloft.inference.hf", "scripted": "aloft.inference.scripted"}
+_BUILTIN_ENGINE_MODULES = {
+    "hf": "aloft.inference.hf",
+    "scripted": "aloft.inference.scripted",
+    "remote": "aloft.inference.remote",
+}
 """Backends that ship with aloft, imported on first use so this module stays light (and torch-free)."""
 
 

@@ -21,13 +21,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from aloft.gym import Env, make
 from aloft.inference.base import InferenceEngine
 from aloft.types import (
+    Completion,
     GenerationRequest,
     Message,
     RolloutStatus,
@@ -132,8 +133,12 @@ class Generator:
         default_env_config: dict[str, Any] | None = None,
         default_env: str | None = None,
         env_factory: Callable[..., Env] = make,
+        lockstep: bool = False,
     ) -> None:
         self.engine = engine
+        self.lockstep = lockstep
+        """Submit each turn's requests of all live episodes together, in episode order, so the engine
+        sees the same batches on every run (bit-exact reruns; costs the overlap of envs and engine)."""
         self.tokenizer = tokenizer
         self.chat = ChatFormatter(tokenizer)
         self.limits = limits
@@ -159,10 +164,14 @@ class Generator:
         ``seed`` fixes sampling: sample ``j`` of row ``i`` at turn ``t`` uses a seed derived from
         (seed, i, j, t), so results do not depend on batching or on timing.
         """
+        submit = _Lockstep(self.engine, len(rows) * n) if self.lockstep else None
         tasks = []
         for i, row in enumerate(rows):
             for j in range(n):
-                tasks.append(self._run_episode(row, f"{group_prefix}{i}", sampling, seed=_mix(seed, i, j)))
+                episode = self._run_episode(
+                    row, f"{group_prefix}{i}", sampling, seed=_mix(seed, i, j), submit=submit, index=i * n + j
+                )
+                tasks.append(episode if submit is None else submit.leave_when_done(i * n + j, episode))
         trajectories = await asyncio.gather(*tasks)
         groups = []
         for i in range(len(rows)):
@@ -172,7 +181,13 @@ class Generator:
         return groups
 
     async def _run_episode(
-        self, row: PromptRow, group_id: str, sampling: SamplingParams, seed: int
+        self,
+        row: PromptRow,
+        group_id: str,
+        sampling: SamplingParams,
+        seed: int,
+        submit: _Lockstep | None = None,
+        index: int = 0,
     ) -> Trajectory:
         env_class = row.env_class or self.default_env
         if env_class is None:
@@ -211,7 +226,10 @@ class Generator:
                     ),
                     session_id=f"{group_id}/{seed}",
                 )
-                (completion,) = await self.engine.generate([request])
+                if submit is not None:
+                    completion = await submit.generate(index, request)
+                else:
+                    (completion,) = await self.engine.generate([request])
                 if turn == 0:
                     policy_version = completion.policy_version
                 turns += 1
@@ -281,6 +299,53 @@ class Generator:
             metrics=metrics,
             info=info,
         )
+
+
+class _Lockstep:
+    """Gathers one request from every live episode, then sends them to the engine as one call.
+
+    An engine's batches then hold the same rows in the same order on every run, whatever the
+    timing of env threads, so floating-point results (which depend on a batch's padding and shape)
+    repeat exactly. Episodes that finish leave the count of live ones.
+    """
+
+    def __init__(self, engine: InferenceEngine, live: int) -> None:
+        self.engine = engine
+        self.live = live
+        self.waiting: dict[int, tuple[GenerationRequest, asyncio.Future[Completion]]] = {}
+
+    async def generate(self, index: int, request: GenerationRequest) -> Completion:
+        future: asyncio.Future[Completion] = asyncio.get_running_loop().create_future()
+        self.waiting[index] = (request, future)
+        self._flush_if_all_waiting()
+        return await future
+
+    async def leave_when_done(self, index: int, episode: Awaitable[Trajectory]) -> Trajectory:
+        try:
+            return await episode
+        finally:
+            self.live -= 1
+            self._flush_if_all_waiting()
+
+    def _flush_if_all_waiting(self) -> None:
+        if not self.waiting or len(self.waiting) < self.live:
+            return
+        batch = sorted(self.waiting.items())
+        self.waiting = {}
+        call = asyncio.ensure_future(self.engine.generate([request for _, (request, _) in batch]))
+
+        def deliver(done: asyncio.Future[list[Completion]]) -> None:
+            for position, (_, (_, future)) in enumerate(batch):
+                if future.done():
+                    continue
+                if done.cancelled():
+                    future.cancel()
+                elif done.exception() is not None:
+                    future.set_exception(done.exception())
+                else:
+                    future.set_result(done.result()[position])
+
+        call.add_done_callback(deliver)
 
 
 def _mix(*values: int) -> int:

@@ -251,6 +251,7 @@ def build_components(cfg: AloftConfig) -> Components:
         limits=EpisodeLimits(max_turns=gen.max_turns, max_total_tokens=gen.max_total_tokens),
         default_env_config=cfg.env.config,
         default_env=cfg.env.name,
+        lockstep=tr.deterministic,  # the same engine batches on every run, whatever the env threads do
     )
     return Components(
         cfg=cfg,

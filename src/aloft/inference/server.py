@@ -1,0 +1,408 @@
+"""``aloft serve``: an OpenAI-compatible HTTP server over any ``InferenceEngine`` (FastAPI + uvicorn).
+
+External agents generate rollouts through it, and it is how engines run disaggregated (the ``remote``
+engine, ``aloft.inference.remote``, is its client). Needs the ``serve`` extra: ``pip install
+'aloft[serve]'`` (fastapi, uvicorn). Binds 127.0.0.1 by default; with ``api_key`` every endpoint but
+``/health`` wants ``Authorization: Bearer <key>`` (401 otherwise).
+
+Endpoints:
+
+- ``POST /v1/completions``: ``prompt`` is a string (tokenized without special tokens added) or a
+  list of token ids (token-in; a one-element list of either is accepted too). Sampling fields:
+  ``max_tokens`` (16), ``temperature`` (1.0; 0 = greedy), ``top_p``, ``top_k`` (0 or -1 = off),
+  ``seed``, ``stop`` (string or list; the stop string is kept in the output, as vLLM's
+  ``include_stop_str_in_output=true``), ``stop_token_ids``, ``n`` (sample ``i`` uses ``seed + i``
+  when a seed is given), ``logprobs`` (any integer >= 0 turns them on; only the sampled token's
+  logprob is reported, so ``top_logprobs`` holds that one entry), ``return_tokens_as_token_ids``.
+  Each choice carries (vLLM conventions where they exist):
+
+  - ``text``, ``index``, ``finish_reason`` (``"stop"``, ``"length"`` or ``"abort"``);
+  - ``token_ids``: the generated token ids (always; vLLM's ``return_token_ids`` field);
+  - ``logprobs`` (when requested): ``{"tokens": [...], "token_logprobs": [...], "top_logprobs":
+    [{token: logprob}, ...], "text_offset": [...]}``; ``tokens`` are ``"token_id:<id>"`` strings when
+    ``return_tokens_as_token_ids`` is true (as in vLLM), else the decoded token strings.
+    ``token_logprobs`` are the engine's sampler logprobs (``log_softmax(logits / T)``, before
+    top-k/top-p; DESIGN.md §3);
+  - ``policy_version``: the weights version that produced the tokens (aloft extension; also at the
+    top level of the response).
+
+  The response also has ``prompt_token_ids`` (vLLM's field) and ``usage``.
+- ``POST /v1/chat/completions``: ``messages`` go through the tokenizer's chat template
+  (``add_generation_prompt=True``; ``tools`` passed to the template when given). Same sampling fields;
+  ``logprobs: true`` gives the OpenAI chat form ``{"content": [{"token", "logprob", "bytes",
+  "top_logprobs"}]}``. The message content is the generated text (tool calls are left in the text
+  for the caller's parser); each choice also has ``token_ids``.
+- ``GET /v1/models``, ``GET /health`` (``{"status": "ok", "version": N, "paused": bool}``).
+- ``POST /control/update_weights`` ``{"path": DIR_OR_SAFETENSORS, "version": N}`` (the path must be
+  readable by the server), ``POST /control/pause``, ``POST /control/resume``, ``POST /control/sleep``,
+  ``POST /control/wake_up``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import socket
+import threading
+import time
+import uuid
+from typing import Any
+
+import uvicorn
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict
+
+from aloft.inference.base import InferenceEngine
+from aloft.types import Completion, GenerationRequest, SamplingParams
+
+__all__ = ["ServerThread", "build_app", "serve"]
+
+
+class _Sampling(BaseModel):
+    model_config = ConfigDict(extra="allow")  # unknown OpenAI/vLLM fields are ignored, not rejected
+
+    model: str | None = None
+    max_tokens: int | None = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    n: int = 1
+
+
+class CompletionBody(_Sampling):
+    prompt: str | list[int] | list[str] | list[list[int]]
+    logprobs: int | None = None
+    return_tokens_as_token_ids: bool = False
+
+
+class ChatBody(_Sampling):
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+    logprobs: bool = False
+    max_completion_tokens: int | None = None
+
+
+class UpdateWeightsBody(BaseModel):
+    path: str
+    version: int
+
+
+class ServerStats:
+    """Request counters (tests and load balancing checks read them)."""
+
+    def __init__(self) -> None:
+        self.completions = 0
+        self.chat_completions = 0
+
+
+def build_app(
+    engine: InferenceEngine,
+    tokenizer: Any,
+    *,
+    model_name: str = "aloft",
+    api_key: str | None = None,
+) -> FastAPI:
+    """The FastAPI app serving ``engine`` (token ids decoded / chat templated with ``tokenizer``)."""
+    app = FastAPI(title="aloft serve", version="1")
+    app.state.engine = engine
+    app.state.stats = stats = ServerStats()
+    state = {"paused": False}
+
+    def check_key(request: Request) -> None:
+        if api_key is None:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip(), api_key):
+            raise HTTPException(
+                status_code=401, detail="invalid or missing API key (Authorization: Bearer ...)"
+            )
+
+    auth = [Depends(check_key)]
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(_: Request, exc: HTTPException) -> JSONResponse:
+        return JSONResponse(
+            status_code=exc.status_code,
+            content={
+                "error": {
+                    "message": str(exc.detail),
+                    "type": "invalid_request_error",
+                    "code": exc.status_code,
+                }
+            },
+        )
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "version": engine.version, "paused": state["paused"]}
+
+    @app.get("/v1/models", dependencies=auth)
+    async def models() -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [{"id": model_name, "object": "model", "created": 0, "owned_by": "aloft"}],
+        }
+
+    @app.post("/v1/completions", dependencies=auth)
+    async def completions(body: CompletionBody) -> dict[str, Any]:
+        stats.completions += 1
+        prompts = _prompt_ids(body.prompt, tokenizer)
+        results = await _generate(engine, prompts, body, body.max_tokens)
+        choices = []
+        for index, (completion, _) in enumerate(results):
+            choice: dict[str, Any] = {
+                "index": index,
+                "text": _text(completion, tokenizer),
+                "finish_reason": completion.finish_reason,
+                "token_ids": completion.token_ids,
+                "policy_version": completion.policy_version,
+                "logprobs": None,
+            }
+            if body.logprobs is not None:
+                choice["logprobs"] = _completion_logprobs(
+                    completion, tokenizer, body.return_tokens_as_token_ids
+                )
+            choices.append(choice)
+        return _response("text_completion", choices, prompts, results, engine, model_name)
+
+    @app.post("/v1/chat/completions", dependencies=auth)
+    async def chat_completions(body: ChatBody) -> dict[str, Any]:
+        stats.chat_completions += 1
+        kwargs: dict[str, Any] = {"add_generation_prompt": True, "tokenize": True}
+        if body.tools:
+            kwargs["tools"] = body.tools
+        try:
+            ids = tokenizer.apply_chat_template(body.messages, **kwargs)
+        except Exception as error:  # a template that rejects the messages is the caller's error
+            raise HTTPException(status_code=400, detail=f"chat template failed: {error}") from error
+        if isinstance(ids, dict) or hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        prompts = [list(ids)]
+        max_tokens = body.max_completion_tokens or body.max_tokens
+        results = await _generate(engine, prompts, body, max_tokens)
+        choices = []
+        for index, (completion, _) in enumerate(results):
+            choice = {
+                "index": index,
+                "message": {"role": "assistant", "content": _text(completion, tokenizer)},
+                "finish_reason": completion.finish_reason,
+                "token_ids": completion.token_ids,
+                "policy_version": completion.policy_version,
+                "logprobs": None,
+            }
+            if body.logprobs:
+                choice["logprobs"] = {
+                    "content": [
+                        {
+                            "token": token,
+                            "logprob": lp,
+                            "bytes": list(token.encode("utf-8")),
+                            "top_logprobs": [
+                                {"token": token, "logprob": lp, "bytes": list(token.encode("utf-8"))}
+                            ],
+                        }
+                        for token, lp in zip(
+                            _token_strings(completion.token_ids, tokenizer), completion.logprobs
+                        )
+                    ]
+                }
+            choices.append(choice)
+        return _response("chat.completion", choices, prompts, results, engine, model_name)
+
+    @app.post("/control/update_weights", dependencies=auth)
+    async def update_weights(body: UpdateWeightsBody) -> dict[str, Any]:
+        try:
+            await engine.update_weights(body.path, body.version)
+        except (FileNotFoundError, KeyError, ValueError) as error:
+            raise HTTPException(status_code=400, detail=f"update_weights failed: {error}") from error
+        return {"status": "ok", "version": engine.version}
+
+    @app.post("/control/pause", dependencies=auth)
+    async def pause() -> dict[str, Any]:
+        state["paused"] = True
+        await engine.pause()
+        return {"status": "ok", "paused": True}
+
+    @app.post("/control/resume", dependencies=auth)
+    async def resume() -> dict[str, Any]:
+        state["paused"] = False
+        await engine.resume()
+        return {"status": "ok", "paused": False}
+
+    @app.post("/control/sleep", dependencies=auth)
+    async def sleep() -> dict[str, Any]:
+        await engine.sleep()
+        return {"status": "ok"}
+
+    @app.post("/control/wake_up", dependencies=auth)
+    async def wake_up() -> dict[str, Any]:
+        await engine.wake_up()
+        return {"status": "ok"}
+
+    return app
+
+
+def _prompt_ids(prompt: Any, tokenizer: Any) -> list[list[int]]:
+    if isinstance(prompt, str):
+        prompt = [prompt]
+    elif prompt and isinstance(prompt[0], int):
+        prompt = [prompt]
+    if not prompt:
+        raise HTTPException(status_code=400, detail="prompt is empty")
+    out = []
+    for item in prompt:
+        ids = tokenizer.encode(item, add_special_tokens=False) if isinstance(item, str) else list(item)
+        if not ids:
+            raise HTTPException(status_code=400, detail="prompt has no tokens")
+        out.append([int(i) for i in ids])
+    return out
+
+
+async def _generate(
+    engine: InferenceEngine, prompts: list[list[int]], body: _Sampling, max_tokens: int | None
+) -> list[tuple[Completion, list[int]]]:
+    stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
+    if body.n < 1:
+        raise HTTPException(status_code=400, detail=f"n must be >= 1, got {body.n}")
+    requests = []
+    try:
+        for prompt in prompts:
+            for i in range(body.n):
+                sampling = SamplingParams(
+                    max_tokens=max_tokens or 16,
+                    temperature=body.temperature,
+                    top_p=body.top_p,
+                    top_k=max(body.top_k, 0),
+                    stop=stop,
+                    stop_token_ids=list(body.stop_token_ids or []),
+                    seed=None if body.seed is None else body.seed + i,
+                )
+                requests.append(GenerationRequest(prompt_ids=prompt, sampling=sampling))
+        completions = await engine.generate(requests)
+    except ValueError as error:
+        raise HTTPException(status_code=400, detail=str(error)) from error
+    except RuntimeError as error:
+        raise HTTPException(status_code=503, detail=str(error)) from error
+    return [(c, r.prompt_ids) for c, r in zip(completions, requests)]
+
+
+def _text(completion: Completion, tokenizer: Any) -> str:
+    return completion.text or tokenizer.decode(completion.token_ids, skip_special_tokens=True)
+
+
+def _token_strings(ids: list[int], tokenizer: Any) -> list[str]:
+    return [tokenizer.decode([i]) for i in ids]
+
+
+def _completion_logprobs(completion: Completion, tokenizer: Any, as_ids: bool) -> dict[str, Any]:
+    tokens = (
+        [f"token_id:{i}" for i in completion.token_ids]
+        if as_ids
+        else _token_strings(completion.token_ids, tokenizer)
+    )
+    offsets, offset = [], 0
+    for piece in _token_strings(completion.token_ids, tokenizer):
+        offsets.append(offset)
+        offset += len(piece)
+    return {
+        "tokens": tokens,
+        "token_logprobs": list(completion.logprobs),
+        "top_logprobs": [{t: lp} for t, lp in zip(tokens, completion.logprobs)],
+        "text_offset": offsets,
+    }
+
+
+def _response(
+    kind: str,
+    choices: list[dict[str, Any]],
+    prompts: list[list[int]],
+    results: list[tuple[Completion, list[int]]],
+    engine: InferenceEngine,
+    model_name: str,
+) -> dict[str, Any]:
+    prompt_tokens = sum(len(p) for _, p in results)
+    completion_tokens = sum(len(c.token_ids) for c, _ in results)
+    return {
+        "id": f"{'cmpl' if kind == 'text_completion' else 'chatcmpl'}-{uuid.uuid4().hex}",
+        "object": kind,
+        "created": int(time.time()),
+        "model": model_name,
+        "choices": choices,
+        "prompt_token_ids": prompts[0] if len(prompts) == 1 else prompts,
+        "policy_version": min((c.policy_version for c, _ in results), default=engine.version),
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
+class ServerThread:
+    """Run an app with uvicorn in a background thread on an already-bound loopback socket.
+
+    with ServerThread(build_app(engine, tok)) as server:
+        url = server.url  # e.g. http://127.0.0.1:54321
+    """
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((host, port))
+        self.host, self.port = self.sock.getsockname()[:2]
+        self.url = f"http://{self.host}:{self.port}"
+        config = uvicorn.Config(app, log_level="warning", lifespan="off")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self._run, daemon=True, name=f"aloft-serve-{self.port}")
+
+    def _run(self) -> None:
+        asyncio.run(self.server.serve(sockets=[self.sock]))
+
+    def start(self, timeout_s: float = 10.0) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"aloft serve did not start on {self.url}")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self.sock.close()
+
+    def __enter__(self) -> ServerThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def serve(
+    model: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    dtype: str = "float32",
+    api_key: str | None = None,
+    backend: str = "hf",
+    served_model_name: str | None = None,
+    **engine_kwargs: Any,
+) -> None:
+    """Load ``model`` into a ``backend`` engine and serve it until interrupted (``aloft serve``)."""
+    from aloft.inference.base import make_engine
+    from aloft.models.loading import load_tokenizer
+
+    tokenizer = load_tokenizer(model)
+    engine = make_engine(backend, model_or_path=model, tokenizer=tokenizer, dtype=dtype, **engine_kwargs)
+    app = build_app(engine, tokenizer, model_name=served_model_name or model, api_key=api_key)
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="info")
+    finally:
+        engine.close()

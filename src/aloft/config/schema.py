@@ -87,6 +87,10 @@ class EngineConfig(Section):
     avx512_bf16/AMX), float32 elsewhere (bf16 is several times slower on an AVX2-only CPU)."""
     max_batch_size: int = 64
     """Most sequences the engine decodes at once."""
+    urls: list[str] = []
+    """Server URLs for backend=remote (any OpenAI-compatible server: aloft serve, vllm serve, ...)."""
+    api_key: str | None = None
+    """Bearer key for backend=remote."""
 
 
 class AlgorithmConfig(Section):
@@ -245,6 +249,10 @@ class AloftConfig(Section):
         for key, value in positive.items():
             if value < 1:
                 raise ValueError(f"{key}={value} must be >= 1")
+        if self.engine.backend == "remote" and not self.engine.urls:
+            raise ValueError(
+                "engine.backend=remote needs engine.urls=[http://127.0.0.1:8000] (start one with `aloft serve MODEL`)"
+            )
         if algo.advantage == "gae" and not self.critic.enabled:
             raise ValueError(
                 "algorithm.advantage=gae needs a value model: set critic.enabled=true "

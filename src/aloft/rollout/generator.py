@@ -162,7 +162,9 @@ class Generator:
         """``n`` trajectories for every row, all in flight at once.
 
         ``seed`` fixes sampling: sample ``j`` of row ``i`` at turn ``t`` uses a seed derived from
-        (seed, i, j, t), so results do not depend on batching or on timing.
+        (seed, i, j, t), so the draws do not depend on batching or timing. The logits may still
+        differ in the last bits with a batch's composition (padding, shapes); ``lockstep`` makes
+        the batches themselves repeat, for bit-exact reruns.
         """
         submit = _Lockstep(self.engine, len(rows) * n) if self.lockstep else None
         tasks = []

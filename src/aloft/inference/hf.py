@@ -24,7 +24,6 @@ import random
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from aloft.inference.base import WeightsSource, register_engine
 from aloft.inference.decoding import DecodeLimits, generate_batch
+from aloft.models.compute_thread import compute_executor
 from aloft.models.loading import load_model, load_tokenizer
 from aloft.models.precision import fast_dtype
 from aloft.types import Completion, GenerationRequest
@@ -151,7 +151,9 @@ class HFEngine:
         self._vocab_size = int(model.get_input_embeddings().num_embeddings)
         self._version = 0
         self._rng = random.Random(seed)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aloft-hf-engine")
+        # The process's one torch compute thread (see aloft.models.compute_thread): shared with the
+        # trainer's update so a single OpenMP team does all the math.
+        self._executor = compute_executor()
         self._state: _LoopState | None = None
         self._paused = False
         self._asleep = False
@@ -232,7 +234,7 @@ class HFEngine:
         self._release_if_unheld()
 
     def close(self) -> None:
-        """Fail queued requests and stop the worker thread (a batch in flight runs to its end)."""
+        """Fail queued requests (a batch in flight runs to its end); the shared compute thread stays."""
         if self._closed:
             return
         self._closed = True
@@ -242,7 +244,6 @@ class HFEngine:
             for pending in state.pending:
                 state.loop.call_soon_threadsafe(_fail, pending.future, error)
             state.pending.clear()
-        self._executor.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------------------------------------------
     # Batching

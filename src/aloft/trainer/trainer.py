@@ -34,6 +34,7 @@ from aloft.algorithms import (
     overlong_filter_mask,
 )
 from aloft.config import AloftConfig
+from aloft.models.compute_thread import on_compute_thread
 from aloft.rollout.generator import _mix
 from aloft.trainer.components import Components, build_components
 from aloft.trainer.evaluation import evaluate
@@ -78,7 +79,7 @@ class Trainer:
             rows, groups, sampling_stats = self.rollout(self.step)
             t_gen = time.perf_counter()
 
-            train_metrics = self.train_on(groups, self.step)
+            train_metrics = on_compute_thread(self.train_on, groups, self.step)  # the engine's torch thread
             t_train = time.perf_counter()
 
             self.sync_weights(version=self.step)

@@ -11,6 +11,7 @@ same (name, n, seed, options) always gives the same rows.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -19,7 +20,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["SYSTEM_PROMPT", "build_dataset", "dataset_builder", "dataset_builders"]
+__all__ = ["SYSTEM_PROMPT", "build_dataset", "dataset_builder", "dataset_builders", "stable_hash"]
 
 SYSTEM_PROMPT = "You are a helpful assistant."
 BOXED_INSTRUCTION = "Put your final answer in \\boxed{}."
@@ -30,6 +31,14 @@ _BUILDERS: dict[str, Builder] = {}
 
 # The numbers the arithmetic env can grade: "8", "-4", "8.0", "1,234", "3/4".
 _NUMBER = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?")
+
+
+def stable_hash(key: str) -> int:
+    """A 64-bit hash of ``key`` that never changes between runs, machines or Python versions.
+
+    Fixed datasets split train/eval by it, so adding an item never moves the others.
+    """
+    return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big")
 
 
 def dataset_builder(name: str) -> Callable[[Builder], Builder]:

@@ -48,7 +48,6 @@ and every stdin/stdout row::
 from __future__ import annotations
 
 import gzip
-import hashlib
 import importlib.util
 import json
 import random
@@ -56,7 +55,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from aloft.data.builders import dataset_builder
+from aloft.data.builders import dataset_builder, stable_hash
 
 __all__ = [
     "CODE_SYSTEM_PROMPT",
@@ -162,8 +161,7 @@ def stdio_tasks() -> tuple[dict[str, Any], ...]:
 
 def split_of(task_id: str, eval_fraction: float = 0.2) -> str:
     """``"eval"`` or ``"train"``, from a stable hash of the task id (independent of file order and seed)."""
-    bucket = int.from_bytes(hashlib.sha256(task_id.encode("utf-8")).digest()[:8], "big") / 2**64
-    return "eval" if bucket < eval_fraction else "train"
+    return "eval" if stable_hash(task_id) / 2**64 < eval_fraction else "train"
 
 
 def _problems(source: str) -> list[tuple[str, str, dict[str, Any]]]:

@@ -27,7 +27,6 @@ Every row (``aloft.data.rows`` format)::
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import random
@@ -35,7 +34,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from aloft.data.builders import dataset_builder
+from aloft.data.builders import dataset_builder, stable_hash
 
 __all__ = [
     "FIXED_SOURCES",
@@ -79,8 +78,7 @@ _EVAL_SEED_SALT = 0x5EED_E7A1
 
 def split_of(data_source: str, source_id: int | str, eval_fraction: float) -> str:
     """``"eval"`` or ``"train"`` for one fixed problem, from a stable hash of its source and id."""
-    digest = hashlib.sha256(f"{data_source}-{source_id}".encode()).digest()
-    return "eval" if int.from_bytes(digest[:8], "big") / 2**64 < eval_fraction else "train"
+    return "eval" if stable_hash(f"{data_source}-{source_id}") / 2**64 < eval_fraction else "train"
 
 
 def _mmath_dir() -> Path:

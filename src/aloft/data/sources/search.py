@@ -29,7 +29,6 @@ env: ``build_dataset("search", n=64, seed=0, split="train", corpus="foldoc")``.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import random
 import re
@@ -40,7 +39,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from aloft.data.builders import dataset_builder
+from aloft.data.builders import dataset_builder, stable_hash
 
 __all__ = [
     "CORPORA",
@@ -270,8 +269,7 @@ def load_corpus(corpus: str) -> list[dict[str, Any]]:
 
 def split_of(document_id: str) -> str:
     """``"eval"`` for about one document in ten (a stable hash of its id), else ``"train"``."""
-    digest = hashlib.sha256(document_id.encode("utf-8")).digest()
-    return "eval" if int.from_bytes(digest[:8], "big") % EVAL_FRACTION_DENOMINATOR == 0 else "train"
+    return "eval" if stable_hash(document_id) % EVAL_FRACTION_DENOMINATOR == 0 else "train"
 
 
 def _first_sentence(paragraph: str) -> str:

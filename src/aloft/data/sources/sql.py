@@ -43,7 +43,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from aloft.data.builders import dataset_builder
+from aloft.data.builders import dataset_builder, stable_hash
 
 __all__ = [
     "BUILD_VERSION",
@@ -700,8 +700,7 @@ def load_pairs() -> list[dict[str, Any]]:
 
 def split_of(pair_id: str) -> str:
     """``"eval"`` for one pair id in ``EVAL_FRACTION_DENOMINATOR`` (by a stable hash), else ``"train"``."""
-    digest = hashlib.sha256(pair_id.encode("utf-8")).digest()
-    return "eval" if int.from_bytes(digest[:8], "big") % EVAL_FRACTION_DENOMINATOR == 0 else "train"
+    return "eval" if stable_hash(pair_id) % EVAL_FRACTION_DENOMINATOR == 0 else "train"
 
 
 def pairs(db: str = "all", split: str | None = None) -> list[dict[str, Any]]:

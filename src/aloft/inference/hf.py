@@ -1,13 +1,12 @@
 """``HFEngine``: the embedded transformers engine (batched, KV-cached, token-in/token-out).
 
-Many rollout coroutines each ``await engine.generate([request])``. Requests go into a queue; one
-background batcher task per event loop takes up to ``max_batch_size`` of them, runs the batch in a
-single worker thread (so the event loop stays free for environments and tools), and resolves each
-caller's future. Requests that arrive while a batch runs form the next batch.
+Many rollout coroutines each ``await engine.generate([request])``; an ``aloft.inference.batching.
+RequestBatcher`` gathers them into batches of up to ``max_batch_size`` and runs each batch on the
+process's torch compute thread (so the event loop stays free for environments and tools).
 
-The worker thread is the only place the model is touched: batches and weight updates are submitted
-to the same one-thread executor, so an update never lands in the middle of a batch, and every
-``Completion`` carries the ``policy_version`` of the weights that produced all of its tokens.
+That thread is the only place the model is touched: batches and weight updates go to the same
+one-thread executor, so an update never lands in the middle of a batch, and every ``Completion``
+carries the ``policy_version`` of the weights that produced all of its tokens.
 
 Sampler logprobs are ``log_softmax(logits.float() / T)`` of each generated token, before top-k/top-p
 (T = 1 when greedy); see ``aloft.inference.sampling``.
@@ -15,14 +14,10 @@ Sampler logprobs are ``log_softmax(logits.float() / T)`` of each generated token
 
 from __future__ import annotations
 
-import asyncio
 import copy
-import functools
 import gc
 import os
-import random
 import time
-from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +27,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from aloft.inference.base import WeightsSource, register_engine
+from aloft.inference.batching import RequestBatcher
 from aloft.inference.decoding import DecodeLimits, generate_batch
 from aloft.models.compute_thread import compute_executor
 from aloft.models.loading import load_model, load_tokenizer
@@ -68,29 +64,6 @@ class EngineStats:
     completion_tokens: int = 0
     busy_seconds: float = 0.0
     """Wall time spent inside batches (the worker thread), excluding queueing."""
-
-
-@dataclass
-class _Pending:
-    request: GenerationRequest
-    seed: int
-    future: asyncio.Future[Completion]
-
-
-class _LoopState:
-    """Queue and batcher bound to one event loop (an engine may outlive several ``asyncio.run`` calls)."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, held: bool) -> None:
-        self.loop = loop
-        self.pending: deque[_Pending] = deque()
-        self.batcher: asyncio.Task[None] | None = None
-        self.unheld = asyncio.Event()
-        """Set while the engine is neither paused nor asleep."""
-        self.idle = asyncio.Event()
-        """Set while no batch is running."""
-        self.idle.set()
-        if not held:
-            self.unheld.set()
 
 
 @register_engine("hf")
@@ -150,13 +123,17 @@ class HFEngine:
         )
         self._vocab_size = int(model.get_input_embeddings().num_embeddings)
         self._version = 0
-        self._rng = random.Random(seed)
-        # The process's one torch compute thread (see aloft.models.compute_thread): shared with the
-        # trainer's update so a single OpenMP team does all the math.
-        self._executor = compute_executor()
-        self._state: _LoopState | None = None
-        self._paused = False
-        self._asleep = False
+        # Batches and weight updates run on the process's one torch compute thread (see
+        # aloft.models.compute_thread), shared with the trainer's update so a single OpenMP team does
+        # all the math.
+        self._batcher = RequestBatcher(
+            self._run_batch,
+            compute_executor(),
+            name="HFEngine",
+            max_batch_size=max_batch_size,
+            batch_wait_s=batch_wait_s,
+            seed=seed,
+        )
         self._closed = False
 
     # ------------------------------------------------------------------------------------------------
@@ -171,27 +148,19 @@ class HFEngine:
         """Queue the requests for the batcher and wait for all their completions (same order)."""
         if self._closed:
             raise RuntimeError("HFEngine is closed; build a new engine")
-        if self._asleep:
+        if self._batcher.is_held("sleep"):
             raise RuntimeError("HFEngine is asleep; call `await engine.wake_up()` before generate")
         for request in requests:
             self._validate(request)
-        state = self._loop_state()
-        futures = []
-        for request in requests:
-            seed = request.sampling.seed if request.sampling.seed is not None else self._rng.getrandbits(63)
-            future: asyncio.Future[Completion] = state.loop.create_future()
-            state.pending.append(_Pending(request=request, seed=seed, future=future))
-            futures.append(future)
-        if futures and (state.batcher is None or state.batcher.done()):
-            state.batcher = state.loop.create_task(self._run_batcher(state))
-        return list(await asyncio.gather(*futures))
+        return await self._batcher.submit(requests)
 
     async def update_weights(self, weights: WeightsSource, version: int) -> None:
         """Copy new weights into the engine's model (cast to its dtype) and set ``version``.
 
         ``weights``: ``(name, tensor)`` pairs or a mapping, named as in the HF model's ``state_dict`` (a
         subset is fine; tied weights may come under either name), or a checkpoint directory /
-        ``.safetensors`` file. An unknown name or wrong shape rejects the whole update. Runs between batches: a batch in flight finishes with the old weights and version.
+        ``.safetensors`` file. An unknown name or wrong shape rejects the whole update. Runs between
+        batches: a batch in flight finishes with the old weights and version.
         """
         if self._closed:
             raise RuntimeError("HFEngine is closed; build a new engine")
@@ -199,106 +168,39 @@ class HFEngine:
             weights = list(weights.items())
         elif not isinstance(weights, str | os.PathLike):
             weights = list(weights)  # gather in the caller's thread (a trainer may yield lazily)
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, functools.partial(self._load_weights, weights, version))
+        await self._batcher.run_exclusive(self._load_weights, weights, version)
 
     async def pause(self) -> None:
         """Start no new batch until ``resume()``; returns once the batch in flight (if any) is done.
 
         Requests keep queueing while paused and run after ``resume()``.
         """
-        self._paused = True
-        state = self._loop_state()
-        state.unheld.clear()
-        await state.idle.wait()
+        await self._batcher.hold("pause")
 
     async def resume(self) -> None:
-        self._paused = False
-        self._release_if_unheld()
+        self._batcher.release("pause")
 
     async def sleep(self) -> None:
         """Finish the batch in flight, then free memory (weights move to CPU on an accelerator).
 
         ``generate`` raises until ``wake_up()``; requests queued before ``sleep`` wait for it.
         """
-        self._asleep = True
-        state = self._loop_state()
-        state.unheld.clear()
-        await state.idle.wait()
-        await state.loop.run_in_executor(self._executor, self._offload)
+        await self._batcher.hold("sleep")
+        await self._batcher.run_exclusive(self._offload)
 
     async def wake_up(self) -> None:
-        if self._asleep:
-            await asyncio.get_running_loop().run_in_executor(self._executor, self._onload)
-        self._asleep = False
-        self._release_if_unheld()
+        if self._batcher.is_held("sleep"):
+            await self._batcher.run_exclusive(self._onload)
+        self._batcher.release("sleep")
 
     def close(self) -> None:
         """Fail queued requests (a batch in flight runs to its end); the shared compute thread stays."""
-        if self._closed:
-            return
         self._closed = True
-        state, self._state = self._state, None
-        if state is not None and not state.loop.is_closed():
-            error = RuntimeError("HFEngine was closed while this request was queued")
-            for pending in state.pending:
-                state.loop.call_soon_threadsafe(_fail, pending.future, error)
-            state.pending.clear()
+        self._batcher.close()
 
     # ------------------------------------------------------------------------------------------------
-    # Batching
+    # Batches, weights and memory (the compute thread)
     # ------------------------------------------------------------------------------------------------
-
-    def _loop_state(self) -> _LoopState:
-        loop = asyncio.get_running_loop()
-        if self._state is None or self._state.loop is not loop:
-            self._state = _LoopState(loop, held=self._paused or self._asleep)
-        return self._state
-
-    def _release_if_unheld(self) -> None:
-        if self._state is not None and not (self._paused or self._asleep):
-            self._state.unheld.set()
-
-    async def _run_batcher(self, state: _LoopState) -> None:
-        """Run batches until the queue is empty, then exit (the next ``generate`` starts a new one)."""
-        while True:
-            # Let callers scheduled alongside the current ones enqueue, so they share this batch.
-            for _ in range(3):
-                await asyncio.sleep(0)
-            if self.batch_wait_s > 0 and len(state.pending) < self.max_batch_size:
-                await asyncio.sleep(self.batch_wait_s)
-            await state.unheld.wait()
-            batch: list[_Pending] = []
-            while state.pending and len(batch) < self.max_batch_size:
-                pending = state.pending.popleft()
-                if not pending.future.done():  # skip callers that were cancelled
-                    batch.append(pending)
-            if not batch:
-                if not state.pending:
-                    return
-                continue
-            state.idle.clear()
-            try:
-                completions = await state.loop.run_in_executor(
-                    self._executor,
-                    functools.partial(self._run_batch, [p.request for p in batch], [p.seed for p in batch]),
-                )
-            except BaseException as error:
-                # A failing batch fails its own callers, not the engine; cancellation (loop shutdown,
-                # close()) must not leave them waiting forever either.
-                reason = (
-                    error if isinstance(error, Exception) else RuntimeError("HFEngine batch was cancelled")
-                )
-                for pending in batch:
-                    _fail(pending.future, reason)
-                if not isinstance(error, Exception):
-                    raise
-            else:
-                for pending, completion in zip(batch, completions):
-                    if not pending.future.done():
-                        pending.future.set_result(completion)
-            finally:
-                state.idle.set()
 
     def _run_batch(self, requests: list[GenerationRequest], seeds: list[int]) -> list[Completion]:
         """Worker thread: generate one batch with the current weights."""
@@ -327,10 +229,6 @@ class HFEngine:
                 f"prompt of {len(ids)} tokens leaves no room in the model's context of "
                 f"{self.limits.max_positions}; shorten the prompt"
             )
-
-    # ------------------------------------------------------------------------------------------------
-    # Weights and memory (worker thread)
-    # ------------------------------------------------------------------------------------------------
 
     def _load_weights(self, weights: list[tuple[str, Any]] | str | os.PathLike[str], version: int) -> None:
         # Tied weights appear under both names (remove_duplicate=False); copying either updates both.
@@ -389,11 +287,6 @@ def _check_weights(shapes: Iterable[tuple[str, Any]], targets: dict[str, torch.T
             f"update_weights: {len(unknown)} unknown weight name(s), e.g. {unknown[:3]}; names must follow "
             f"the HF model's state_dict (e.g. {next(iter(targets))!r})"
         )
-
-
-def _fail(future: asyncio.Future[Any], error: BaseException) -> None:
-    if not future.done():
-        future.set_exception(error)
 
 
 def _as_id_list(ids: int | Iterable[int] | None) -> list[int]:

@@ -57,6 +57,7 @@ _BUILTIN_ENGINE_MODULES = {
     "hf": "aloft.inference.hf",
     "scripted": "aloft.inference.scripted",
     "remote": "aloft.inference.remote",
+    "vllm": "aloft.inference.vllm_engine",
 }
 """Backends that ship with aloft, imported on first use so this module stays light (and torch-free)."""
 

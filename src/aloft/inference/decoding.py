@@ -8,7 +8,9 @@ KV cache at once, so the remaining rows decode as a smaller batch.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
@@ -40,6 +42,25 @@ class DecodeLimits:
     pad_id: int
     max_positions: int
     """The model's context length: prompt + completion never exceeds it."""
+
+
+def end_of_completion_ids(
+    tokenizer: PreTrainedTokenizerBase, generation_config: Any | None
+) -> frozenset[int]:
+    """Every token that ends a completion: tokenizer EOS, ``generation_config`` EOS, and ``<|im_end|>``."""
+    ids = set(_as_id_list(tokenizer.eos_token_id))
+    if generation_config is not None:
+        ids |= set(_as_id_list(generation_config.eos_token_id))
+    im_end = tokenizer.get_vocab().get("<|im_end|>")
+    if im_end is not None:
+        ids.add(int(im_end))
+    return frozenset(ids)
+
+
+def _as_id_list(ids: int | Iterable[int] | None) -> list[int]:
+    if ids is None:
+        return []
+    return [ids] if isinstance(ids, int) else [int(i) for i in ids]
 
 
 def _stop_window(stop: list[str]) -> int:

@@ -28,7 +28,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from aloft.inference.base import WeightsSource, register_engine
 from aloft.inference.batching import RequestBatcher
-from aloft.inference.decoding import DecodeLimits, generate_batch
+from aloft.inference.decoding import DecodeLimits, end_of_completion_ids, generate_batch
 from aloft.models.compute_thread import compute_executor
 from aloft.models.loading import load_model, load_tokenizer
 from aloft.models.precision import fast_dtype
@@ -117,7 +117,7 @@ class HFEngine:
         self.batch_wait_s = batch_wait_s
         self.stats = EngineStats()
         self.limits = DecodeLimits(
-            eos_ids=frozenset(_eos_ids(model, tokenizer)),
+            eos_ids=end_of_completion_ids(tokenizer, getattr(model, "generation_config", None)),
             pad_id=_pad_id(tokenizer),
             max_positions=int(getattr(model.config, "max_position_embeddings", None) or 1 << 30),
         )
@@ -287,24 +287,6 @@ def _check_weights(shapes: Iterable[tuple[str, Any]], targets: dict[str, torch.T
             f"update_weights: {len(unknown)} unknown weight name(s), e.g. {unknown[:3]}; names must follow "
             f"the HF model's state_dict (e.g. {next(iter(targets))!r})"
         )
-
-
-def _as_id_list(ids: int | Iterable[int] | None) -> list[int]:
-    if ids is None:
-        return []
-    return [ids] if isinstance(ids, int) else [int(i) for i in ids]
-
-
-def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:
-    """Every token that ends a completion: tokenizer EOS, generation_config EOS, and ``<|im_end|>``."""
-    ids = set(_as_id_list(tokenizer.eos_token_id))
-    generation_config = getattr(model, "generation_config", None)
-    if generation_config is not None:
-        ids |= set(_as_id_list(generation_config.eos_token_id))
-    im_end = tokenizer.get_vocab().get("<|im_end|>")
-    if im_end is not None:
-        ids.add(int(im_end))
-    return ids
 
 
 def _pad_id(tokenizer: PreTrainedTokenizerBase) -> int:

@@ -15,12 +15,15 @@ other servers ignore what they do not know).
   exponential backoff (``backoff_s * 2**attempt``, capped at ``max_backoff_s``); other 4xx fail at once.
 - ``timeout_s`` bounds each HTTP request; ``max_concurrency`` bounds requests in flight (an
   ``asyncio.Semaphore`` per event loop, shared by all servers).
-- ``update_weights(path, version)`` posts the path to every server's ``/control/update_weights`` (the
-  path must be readable by the servers: a shared filesystem). Named tensors are first saved into one
-  temporary ``.safetensors`` file under ``weights_dir`` (default: the system temp dir), which is
-  removed once every server has loaded it. ``pause``/``resume`` forward to ``/control/pause`` and
-  ``/control/resume`` (``aloft serve`` control endpoints). ``sleep``/``wake_up`` are no-ops: the
-  servers own their memory.
+- Control plane, by ``server`` kind. ``"aloft"`` (``aloft serve``): ``update_weights`` posts the
+  checkpoint path to ``/control/update_weights``, ``pause``/``resume`` go to ``/control/pause`` and
+  ``/control/resume``. ``"vllm"`` (``vllm serve`` with ``VLLM_SERVER_DEV_MODE=1`` and
+  ``--logprobs-mode processed_logprobs``): ``update_weights`` calls the workers' ``reload_weights``
+  through ``/collective_rpc`` and then ``/reset_prefix_cache``; ``pause``/``resume`` go to
+  ``/pause?mode=keep`` and ``/resume``. The checkpoint path must be readable by the servers (a shared
+  filesystem); named tensors are first saved as a temporary checkpoint directory under
+  ``weights_dir`` (default: the system temp dir), removed once every server has loaded it.
+  ``sleep``/``wake_up`` are no-ops: the servers own their memory.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import shutil
 import tempfile
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -41,6 +45,13 @@ from aloft.types import Completion, GenerationRequest
 __all__ = ["RemoteEngine", "RemoteEngineError"]
 
 _FINISH_REASONS = {"stop", "length", "abort"}
+
+_CONTROL: dict[str, dict[str, tuple[str, dict[str, Any] | None]]] = {
+    "aloft": {"pause": ("/control/pause", {}), "resume": ("/control/resume", {})},
+    # mode=keep: requests in flight freeze and continue after /resume (vLLM's default aborts them).
+    "vllm": {"pause": ("/pause?mode=keep", None), "resume": ("/resume", None)},
+}
+"""Pause / resume routes of each server kind (weight loading is in ``RemoteEngine._load_on_servers``)."""
 
 
 class RemoteEngineError(RuntimeError):
@@ -70,6 +81,9 @@ class RemoteEngine:
         max_concurrency: requests in flight at once, over all servers.
         max_sessions: sticky sessions remembered (least recently used ones are forgotten).
         weights_dir: where named tensors are saved for ``update_weights`` (must be shared with the servers).
+        server: the servers' kind for control calls: ``"aloft"`` (``aloft serve``) or ``"vllm"``.
+        model_or_path: the served model's directory / name, if known here: a tied weight sent under
+            one name is then saved under both (vLLM's reload needs both; ``aloft.inference.tied``).
     """
 
     def __init__(
@@ -85,8 +99,14 @@ class RemoteEngine:
         max_concurrency: int = 256,
         max_sessions: int = 100_000,
         weights_dir: str | None = None,
+        server: str = "aloft",
+        model_or_path: str | os.PathLike[str] | None = None,
         **_: Any,
     ) -> None:
+        if server not in _CONTROL:
+            raise ValueError(
+                f"RemoteEngine: unknown server kind {server!r}; use one of {', '.join(_CONTROL)}"
+            )
         urls = [urls] if isinstance(urls, str) else list(urls)
         if not urls:
             raise ValueError("RemoteEngine needs at least one server URL")
@@ -102,6 +122,13 @@ class RemoteEngine:
         self.max_concurrency = max_concurrency
         self.max_sessions = max_sessions
         self.weights_dir = weights_dir
+        self.server = server
+        self._tied: dict[str, str] = {}
+        if isinstance(model_or_path, str | os.PathLike):
+            from aloft.inference.tied import tied_aliases
+            from aloft.models.loading import resolve_model_path
+
+            self._tied = tied_aliases(resolve_model_path(os.fspath(model_or_path)))
         self.requests_per_server = [0] * len(self.urls)
         """Requests sent to each server (retries included)."""
         self._in_flight = [0] * len(self.urls)
@@ -124,20 +151,33 @@ class RemoteEngine:
     async def update_weights(self, weights: WeightsSource, version: int) -> None:
         """Have every server load ``weights`` (a checkpoint path they can read, or named tensors)."""
         if isinstance(weights, str | os.PathLike):
-            await self._broadcast("/control/update_weights", {"path": os.fspath(weights), "version": version})
+            await self._load_on_servers(os.fspath(weights), version)
         else:
-            path = await asyncio.to_thread(_save_tensors, weights, self.weights_dir)
+            directory = await asyncio.to_thread(_save_checkpoint_dir, weights, self.weights_dir, self._tied)
             try:
-                await self._broadcast("/control/update_weights", {"path": path, "version": version})
+                await self._load_on_servers(directory, version)
             finally:
-                os.unlink(path)
+                shutil.rmtree(directory, ignore_errors=True)
         self._version = version
 
     async def pause(self) -> None:
-        await self._broadcast("/control/pause", {})
+        await self._broadcast(*_CONTROL[self.server]["pause"])
 
     async def resume(self) -> None:
-        await self._broadcast("/control/resume", {})
+        await self._broadcast(*_CONTROL[self.server]["resume"])
+
+    async def _load_on_servers(self, path: str, version: int) -> None:
+        if self.server == "aloft":
+            await self._broadcast("/control/update_weights", {"path": path, "version": version})
+            return
+        if os.path.isfile(path):  # vLLM reloads from a directory: give the file one
+            with tempfile.TemporaryDirectory(prefix="aloft-weights-", dir=self.weights_dir) as directory:
+                os.symlink(os.path.abspath(path), os.path.join(directory, "model.safetensors"))
+                await self._load_on_servers(directory, version)
+            return
+        rpc = {"method": "reload_weights", "kwargs": {"weights_path": path}}
+        await self._broadcast("/collective_rpc", rpc)
+        await self._broadcast("/reset_prefix_cache", None)
 
     async def sleep(self) -> None:
         """No-op: a remote server manages its own memory."""
@@ -276,7 +316,7 @@ class RemoteEngine:
             f"{self.urls[index]}{path}: gave up after {self.max_retries + 1} tries: {last_error!r}"
         ) from last_error
 
-    async def _broadcast(self, path: str, body: dict[str, Any]) -> None:
+    async def _broadcast(self, path: str, body: dict[str, Any] | None) -> None:
         await asyncio.gather(*(self._post_json(i, path, body) for i in range(len(self.urls))))
 
 
@@ -312,13 +352,15 @@ def _parse_completion(data: dict[str, Any], version: int) -> Completion:
     )
 
 
-def _save_tensors(weights: Any, directory: str | None) -> str:
-    """Write named tensors to a temporary safetensors file; returns its path (the caller deletes it)."""
+def _save_checkpoint_dir(weights: Any, directory: str | None, tied: Mapping[str, str]) -> str:
+    """Write named tensors as a temporary checkpoint directory (the caller removes it); returns its path."""
     from safetensors.torch import save_file
 
+    from aloft.inference.tied import with_tied_aliases
+
     items = weights.items() if isinstance(weights, Mapping) else weights
-    tensors = {name: tensor.detach().contiguous().cpu() for name, tensor in items}
-    fd, path = tempfile.mkstemp(prefix="aloft-weights-", suffix=".safetensors", dir=directory)
-    os.close(fd)
-    save_file(tensors, path)
+    # Tied names get separate copies: safetensors refuses two names for one storage.
+    tensors = {name: t.detach().cpu().clone() for name, t in with_tied_aliases(items, tied)}
+    path = tempfile.mkdtemp(prefix="aloft-weights-", dir=directory)
+    save_file(tensors, os.path.join(path, "model.safetensors"))
     return path

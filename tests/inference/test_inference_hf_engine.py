@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 
 import pytest
@@ -199,25 +200,61 @@ def test_concurrent_single_request_callers_share_one_batch(tiny_model_dir, promp
         engine.close()
 
 
-def test_batches_are_capped_and_late_arrivals_join_the_next_batch(tiny_model_dir, prompts):
+def test_continuous_batching_late_arrivals_join_and_finish_first(tiny_model_dir, prompts):
     engine = HFEngine(tiny_model_dir, max_batch_size=4)
+    engine.limits = dataclasses.replace(engine.limits, eos_ids=frozenset())  # rows run their whole budget
+    finished: list[str] = []
+
+    async def tagged(tag: str, req: GenerationRequest):
+        (completion,) = await engine.generate([req])
+        finished.append(tag)
+        return completion
 
     async def scenario():
-        early = [engine.generate([request(prompts[0], max_tokens=200, seed=i)]) for i in range(6)]
-        first = asyncio.gather(*early)
+        early = [
+            asyncio.ensure_future(tagged(f"long{i}", request(prompts[0], max_tokens=150, seed=i)))
+            for i in range(3)
+        ]
         await asyncio.sleep(0.05)
-        assert not first.done()  # the first batch (4 rows, up to 200 steps) is still running
-        late = [engine.generate([request(prompts[1], max_tokens=3, seed=i)]) for i in range(2)]
-        await asyncio.gather(first, *late)
+        assert not any(task.done() for task in early)  # the long rows are decoding
+        # The cap is 4: one row is free, so the first late request joins the running batch; the
+        # second waits for a free row, which the first frees long before any long row ends.
+        late = [
+            asyncio.ensure_future(tagged(f"short{i}", request(prompts[1], max_tokens=3, seed=i)))
+            for i in range(2)
+        ]
+        return await asyncio.gather(*early, *late)
 
     try:
-        asyncio.run(scenario())
-        # 6 early requests: a batch of 4 (the cap), then the 2 left over share a batch with the 2
-        # that arrived while the first batch ran.
-        assert engine.stats.requests == 8
-        assert engine.stats.batches == 2
+        completions = asyncio.run(scenario())
+        assert [len(c.token_ids) for c in completions] == [150, 150, 150, 3, 3]
+        assert finished[:2] == ["short0", "short1"]  # joined while the long rows ran, and left first
+        assert engine.stats.requests == 5 and engine.stats.batches == 3  # admissions: 3 long, then 1, 1
     finally:
         engine.close()
+
+
+def test_joining_rows_do_not_change_what_a_seed_samples(tiny_model_dir, prompts):
+    """A row's tokens depend on its own prompt and seed, not on who joined or left the batch (fp32)."""
+    engine = HFEngine(tiny_model_dir, max_batch_size=8)
+    reqs = [request(prompts[i % 3], max_tokens=5 + 7 * i, seed=100 + i) for i in range(6)]
+    try:
+        alone = [generate(engine, [r])[0] for r in reqs]
+
+        async def staggered():
+            tasks = []
+            for r in reqs:
+                tasks.append(asyncio.ensure_future(engine.generate([r])))
+                await asyncio.sleep(0.01)  # each arrives while the earlier ones decode
+            return [(await t)[0] for t in tasks]
+
+        together = asyncio.run(staggered())
+        assert engine.stats.batches > 2  # they really joined a running batch at different times
+    finally:
+        engine.close()
+    assert [c.token_ids for c in together] == [c.token_ids for c in alone]
+    for a, b in zip(together, alone):
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
 
 
 def test_pause_holds_new_batches_until_resume(tiny_model_dir, prompts):

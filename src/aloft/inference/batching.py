@@ -6,9 +6,15 @@ to ``max_batch_size`` of them, runs ``run_batch(requests, seeds)`` on the engine
 event loop stays free for environments and tools) and resolves each caller's future. Requests that
 arrive while a batch runs form the next batch.
 
+With ``run_continuous`` instead of ``run_batch`` the engine batches continuously: it pulls queued
+requests into the running batch whenever it has room (``take``) and hands each completion back as
+soon as its row finishes (``deliver``), so requests that arrive while others decode join them instead
+of waiting for the whole batch to end.
+
 Work the engine must not interleave with a batch (a weight update, freeing memory) goes through
-``run_exclusive`` on the same single-thread executor, so it never lands in the middle of a batch.
-``hold``/``release`` keep new batches from starting (pause, sleep) while requests keep queueing.
+``run_exclusive`` on the same single-thread executor, so it never lands in the middle of a batch (a
+continuous batch stops admitting and drains first). ``hold``/``release`` keep new batches from starting
+(pause, sleep) while requests keep queueing.
 """
 
 from __future__ import annotations
@@ -28,6 +34,13 @@ T = TypeVar("T")
 
 RunBatch = Callable[[list[GenerationRequest], list[int]], list[Completion]]
 """``(requests, seeds) -> completions`` (same order), called on the executor's thread."""
+
+Take = Callable[[int], list[tuple[GenerationRequest, int, Any]]]
+"""``take(n)``: up to n queued ``(request, seed, handle)`` (none while a hold is in place); thread-safe."""
+Deliver = Callable[[Any, Completion], None]
+"""``deliver(handle, completion)``: hand a finished completion to its caller; thread-safe."""
+RunContinuous = Callable[[Take, Deliver], None]
+"""Decode until nothing is running and ``take`` gives nothing more, on the executor's thread."""
 
 
 @dataclass
@@ -68,17 +81,21 @@ class RequestBatcher:
 
     def __init__(
         self,
-        run_batch: RunBatch,
+        run_batch: RunBatch | None,
         executor: Executor,
         *,
         name: str,
         max_batch_size: int,
         batch_wait_s: float,
         seed: int,
+        run_continuous: RunContinuous | None = None,
     ) -> None:
+        if (run_batch is None) == (run_continuous is None):
+            raise ValueError(f"{name}: give exactly one of run_batch and run_continuous")
         if max_batch_size < 1:
             raise ValueError(f"{name}: max_batch_size must be >= 1, got {max_batch_size}")
         self._run_batch = run_batch
+        self._run_continuous = run_continuous
         self.executor = executor
         self.name = name
         self.max_batch_size = max_batch_size
@@ -120,8 +137,13 @@ class RequestBatcher:
 
     async def run_exclusive(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(*args)`` on the executor, between batches (never inside one)."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.executor, functools.partial(fn, *args))
+        reason = f"exclusive-{id(fn)}-{random.random()}"
+        self._holds.add(reason)  # a continuous batch stops admitting, drains and returns the thread
+        try:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self.executor, functools.partial(fn, *args))
+        finally:
+            self.release(reason)
 
     def close(self) -> None:
         """Fail queued requests (a batch in flight runs to its end)."""
@@ -163,28 +185,71 @@ class RequestBatcher:
                 continue
             state.idle.clear()
             try:
-                completions = await state.loop.run_in_executor(
-                    self.executor,
-                    functools.partial(self._run_batch, [p.request for p in batch], [p.seed for p in batch]),
-                )
-            except BaseException as error:
-                # A failing batch fails its own callers, not the engine; cancellation (loop shutdown,
-                # close()) must not leave them waiting forever either.
-                reason = (
-                    error
-                    if isinstance(error, Exception)
-                    else RuntimeError(f"{self.name} batch was cancelled")
-                )
-                for pending in batch:
-                    _fail(pending.future, reason)
-                if not isinstance(error, Exception):
-                    raise
-            else:
-                for pending, completion in zip(batch, completions):
-                    if not pending.future.done():
-                        pending.future.set_result(completion)
+                if self._run_continuous is not None:
+                    await self._continue(state, batch)
+                else:
+                    await self._one_batch(state, batch)
             finally:
                 state.idle.set()
+
+    async def _one_batch(self, state: _LoopState, batch: list[_Pending]) -> None:
+        try:
+            completions = await state.loop.run_in_executor(
+                self.executor,
+                functools.partial(self._run_batch, [p.request for p in batch], [p.seed for p in batch]),
+            )
+        except BaseException as error:
+            _fail_all(batch, error, self.name)
+            if not isinstance(error, Exception):
+                raise
+        else:
+            for pending, completion in zip(batch, completions):
+                if not pending.future.done():
+                    pending.future.set_result(completion)
+
+    async def _continue(self, state: _LoopState, first: list[_Pending]) -> None:
+        """One continuous run: ``first`` plus whatever arrives while it decodes (until a hold)."""
+        admitted: dict[int, _Pending] = {}
+        handed = list(first)
+
+        def take(n: int) -> list[tuple[GenerationRequest, int, Any]]:  # executor thread
+            taken = handed[:n]
+            del handed[:n]
+            while len(taken) < n and state.pending and not self._holds:
+                pending = state.pending.popleft()  # deque ops are atomic: safe beside the loop's appends
+                if not pending.future.done():
+                    taken.append(pending)
+            for pending in taken:
+                admitted[id(pending)] = pending
+            return [(p.request, p.seed, id(p)) for p in taken]
+
+        def deliver(handle: Any, completion: Completion) -> None:  # executor thread
+            pending = admitted.pop(handle)
+            state.loop.call_soon_threadsafe(_resolve, pending.future, completion)
+
+        try:
+            await state.loop.run_in_executor(
+                self.executor, functools.partial(self._run_continuous, take, deliver)
+            )
+        except BaseException as error:
+            _fail_all([*admitted.values(), *handed], error, self.name)
+            if not isinstance(error, Exception):
+                raise
+        else:
+            state.pending.extendleft(reversed(handed))  # given to a run that ended before taking them
+
+
+def _fail_all(batch: list[_Pending], error: BaseException, name: str) -> None:
+    """A failing batch fails its own callers, not the engine; cancellation (loop shutdown, close())
+    must not leave them waiting forever either."""
+    reason = error if isinstance(error, Exception) else RuntimeError(f"{name} batch was cancelled")
+    for pending in batch:
+        _fail(pending.future, reason)
+
+
+def _resolve(future: asyncio.Future[Completion], completion: Completion) -> None:
+    if not future.done():
+        future.set_result(completion)
 
 
 def _fail(future: asyncio.Future[Any], error: BaseException) -> None:

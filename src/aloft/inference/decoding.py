@@ -1,9 +1,9 @@
-"""One batch of token-in/token-out generation with a KV cache: left-padded prefill, then one token per step.
+"""Token-in/token-out decoding with a KV cache: ``BatchDecoder`` (continuous batching) and its helpers.
 
-``generate_batch`` is synchronous (the engine runs it in a worker thread). Identical prompts (the n
-samples of a GRPO group) are prefilled once and share the result. Rows finish independently (EOS / stop
-token, stop string, ``max_tokens``, context limit); a finished row is dropped from the batch and from the
-KV cache at once, so the remaining rows decode as a smaller batch.
+Runs synchronously on the engine's compute thread. Identical prompts (the n samples of a group) are
+prefilled once and share the result. Rows finish independently (EOS / stop token, stop string,
+``max_tokens``, context limit); a finished row leaves the batch and the KV cache at once, and new rows
+can join between steps.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.cache_utils import DynamicLayer
 
 from aloft.inference.sampling import sample_next_tokens
 from aloft.models.compat import cache_kwarg
@@ -93,113 +94,180 @@ def _left_pad(prompts: list[tuple[int, ...]], pad_id: int) -> tuple[torch.Tensor
     return input_ids, attention_mask
 
 
-@torch.inference_mode()
-def generate_batch(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    requests: list[GenerationRequest],
-    seeds: list[int],
-    limits: DecodeLimits,
-    *,
-    version: int = 0,
-) -> list[Completion]:
-    """Generate a completion for every request (same order), sampling row i with ``seeds[i]``.
+class BatchDecoder:
+    """Rows decoding together over one KV cache; rows join and leave between steps (continuous batching).
 
-    Shapes: the U distinct prompts are left-padded to ``[U, T]`` and prefilled once; the cache is then
-    expanded to the B rows. ``position_ids`` count real tokens only, so a padded row sees the same
-    positions as it would alone.
+    ``admit`` prefills new requests (each distinct prompt once: a group's n samples share it) and merges
+    their KV cache into the running one; ``step`` samples one token for every row, returns the rows that
+    finished, drops them from every batch-shaped tensor and the cache, and runs the next forward for the
+    rest. Shapes: B rows, W cache width. Rows are left-padded to the common width; ``position_ids`` count
+    real tokens only, so a row sees the same positions as it would alone. Joining needs plain
+    ``DynamicLayer`` caches (full attention); ``can_admit`` says whether rows may join a running batch.
     """
-    device = model.device
-    rows = [
-        _Row(
-            request=request,
-            stop_ids=limits.eos_ids | frozenset(request.sampling.stop_token_ids),
-            stop_window=_stop_window(request.sampling.stop) if request.sampling.stop else 0,
-        )
-        for request in requests
-    ]
-    generators = [torch.Generator().manual_seed(seed) for seed in seeds]
-    temperature = torch.tensor([r.request.sampling.temperature for r in rows], dtype=torch.float32)
-    top_k = torch.tensor([r.request.sampling.top_k for r in rows], dtype=torch.long)
-    top_p = torch.tensor([r.request.sampling.top_p for r in rows], dtype=torch.float32)
 
-    prompt_lengths = [len(r.request.prompt_ids) for r in rows]
-    cache = DynamicCache()
-    forward_kwargs = {cache_kwarg(model): cache, "use_cache": True, "logits_to_keep": 1}
-    # Prefill each distinct prompt once (the n samples of a group share it), then give every row
-    # its prompt's cache, mask, positions and next-token logits.
-    distinct: dict[tuple[int, ...], int] = {}
-    source = [distinct.setdefault(tuple(r.request.prompt_ids), len(distinct)) for r in rows]
-    input_ids, attention_mask = _left_pad(list(distinct), limits.pad_id)  # [U, T]
-    position_ids = (attention_mask.cumsum(dim=-1) - 1).clamp_(min=0)  # [U, T]: padding does not count
-    logits = model(
-        input_ids=input_ids.to(device),
-        attention_mask=attention_mask.to(device),
-        position_ids=position_ids.to(device),
-        **forward_kwargs,
-    ).logits[:, -1, :]  # [U, V]
-    next_positions = position_ids[:, -1] + 1  # [U]
-    if len(distinct) < len(rows):
-        row_source = torch.tensor(source, dtype=torch.long)
-        cache.batch_select_indices(row_source.to(device))
-        logits, attention_mask, next_positions = (
-            logits[row_source.to(device)],
-            attention_mask[row_source],
-            next_positions[row_source],
-        )
-    logits = logits.cpu()  # [B, V]; sampling runs on CPU with per-row CPU generators
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        limits: DecodeLimits,
+        *,
+        version: int = 0,
+    ) -> None:
+        self.model, self.tokenizer, self.limits, self.version = model, tokenizer, limits, version
+        self.device = model.device
+        self.forward_kwargs: dict[str, Any] = {"use_cache": True, "logits_to_keep": 1}
+        self.cache_name = cache_kwarg(model)
+        self.rows: list[_Row] = []
+        self.handles: list[Any] = []
+        self.generators: list[torch.Generator] = []
+        self.cache: DynamicCache | None = None
+        self.attention_mask = torch.zeros((0, 0), dtype=torch.long)  # [B, W]
+        self.next_positions = torch.zeros((0,), dtype=torch.long)  # [B]
+        self.logits = torch.zeros((0, 0))  # [B, V]: next-token logits, not sampled yet
+        self.temperature = torch.zeros((0,))
+        self.top_k = torch.zeros((0,), dtype=torch.long)
+        self.top_p = torch.zeros((0,))
 
-    active = list(range(len(rows)))  # batch position -> row index
-    active_index = torch.arange(len(rows))
-    while True:
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def can_admit(self) -> bool:
+        """Whether new rows may join now (always when empty; else only over plain dynamic caches)."""
+        return self.cache is None or all(type(layer) is DynamicLayer for layer in self.cache.layers)
+
+    @torch.inference_mode()
+    def admit(self, requests: list[GenerationRequest], seeds: list[int], handles: list[Any]) -> None:
+        """Prefill ``requests`` and add them as rows (sampled with ``seeds``; ``handles`` come back from ``step``)."""
+        rows = [
+            _Row(
+                request=request,
+                stop_ids=self.limits.eos_ids | frozenset(request.sampling.stop_token_ids),
+                stop_window=_stop_window(request.sampling.stop) if request.sampling.stop else 0,
+            )
+            for request in requests
+        ]
+        distinct: dict[tuple[int, ...], int] = {}
+        source = [distinct.setdefault(tuple(r.request.prompt_ids), len(distinct)) for r in rows]
+        input_ids, attention_mask = _left_pad(list(distinct), self.limits.pad_id)  # [U, T]
+        position_ids = (attention_mask.cumsum(dim=-1) - 1).clamp_(min=0)  # [U, T]: padding does not count
+        cache = DynamicCache()
+        logits = self.model(
+            input_ids=input_ids.to(self.device),
+            attention_mask=attention_mask.to(self.device),
+            position_ids=position_ids.to(self.device),
+            **{self.cache_name: cache},
+            **self.forward_kwargs,
+        ).logits[:, -1, :]  # [U, V]
+        next_positions = position_ids[:, -1] + 1  # [U]
+        if len(distinct) < len(rows):
+            row_source = torch.tensor(source, dtype=torch.long)
+            cache.batch_select_indices(row_source.to(self.device))
+            logits, attention_mask, next_positions = (
+                logits[row_source.to(self.device)],
+                attention_mask[row_source],
+                next_positions[row_source],
+            )
+        if self.cache is None:
+            self.cache, self.attention_mask = cache, attention_mask
+        else:
+            width = max(self.attention_mask.shape[1], attention_mask.shape[1])
+            _left_pad_cache(self.cache, width)
+            _left_pad_cache(cache, width)
+            for layer, joining in zip(self.cache.layers, cache.layers):
+                layer.keys = torch.cat([layer.keys, joining.keys])
+                layer.values = torch.cat([layer.values, joining.values])
+            self.attention_mask = torch.cat(
+                [_left_pad_mask(self.attention_mask, width), _left_pad_mask(attention_mask, width)]
+            )
+        self.next_positions = torch.cat([self.next_positions, next_positions])
+        logits = logits.cpu()  # sampling runs on CPU with per-row CPU generators
+        self.logits = logits if not len(self.rows) else torch.cat([self.logits, logits.to(self.logits.dtype)])
+        self.rows += rows
+        self.handles += list(handles)
+        self.generators += [torch.Generator().manual_seed(seed) for seed in seeds]
+        sampling = [r.request.sampling for r in rows]
+        self.temperature = torch.cat([self.temperature, torch.tensor([s.temperature for s in sampling])])
+        self.top_k = torch.cat([self.top_k, torch.tensor([s.top_k for s in sampling], dtype=torch.long)])
+        self.top_p = torch.cat([self.top_p, torch.tensor([s.top_p for s in sampling])])
+
+    @torch.inference_mode()
+    def step(self) -> list[tuple[Any, Completion]]:
+        """Sample one token per row; return ``(handle, completion)`` of the rows that finished."""
         tokens, logprobs = sample_next_tokens(
-            logits,
-            temperature[active_index],
-            top_k[active_index],
-            top_p[active_index],
-            [generators[i] for i in active],
+            self.logits, self.temperature, self.top_k, self.top_p, self.generators
         )
         token_list, logprob_list = tokens.tolist(), logprobs.tolist()
-        continuing = []
-        for position, row_index in enumerate(active):
-            row = rows[row_index]
+        finished, continuing = [], []
+        for position, row in enumerate(self.rows):
             row.token_ids.append(token_list[position])
             row.logprobs.append(logprob_list[position])
-            room = limits.max_positions - prompt_lengths[row_index] - len(row.token_ids)
-            row.finish_reason = _finish_reason(row, token_list[position], tokenizer, room)
-            if row.finish_reason is None:
-                continuing.append(position)
-        if not continuing:
-            break
-        if len(continuing) < len(active):
-            # Drop finished rows from every batch-shaped tensor, the KV cache included.
-            keep = torch.tensor(continuing, dtype=torch.long)
-            cache.batch_select_indices(keep.to(device))
-            attention_mask = attention_mask[keep]
-            next_positions = next_positions[keep]
-            tokens = tokens[keep]
-            active = [active[p] for p in continuing]
-            active_index = torch.tensor(active, dtype=torch.long)
-        attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(active), 1))], dim=1)
-        logits = (
-            model(
-                input_ids=tokens[:, None].to(device),
-                attention_mask=attention_mask.to(device),
-                position_ids=next_positions[:, None].to(device),
-                **forward_kwargs,
+            room = self.limits.max_positions - len(row.request.prompt_ids) - len(row.token_ids)
+            row.finish_reason = _finish_reason(row, token_list[position], self.tokenizer, room)
+            (continuing if row.finish_reason is None else finished).append(position)
+        done = [(self.handles[p], self._completion(self.rows[p])) for p in finished]
+        if finished:
+            self._keep(continuing)
+            tokens = tokens[torch.tensor(continuing, dtype=torch.long)]
+        if self.rows:
+            self._forward(tokens)
+        return done
+
+    def _keep(self, positions: list[int]) -> None:
+        """Drop every row not in ``positions`` from all batch-shaped state, the KV cache included."""
+        keep = torch.tensor(positions, dtype=torch.long)
+        self.rows = [self.rows[p] for p in positions]
+        self.handles = [self.handles[p] for p in positions]
+        self.generators = [self.generators[p] for p in positions]
+        self.temperature, self.top_k, self.top_p = self.temperature[keep], self.top_k[keep], self.top_p[keep]
+        self.next_positions = self.next_positions[keep]
+        if not positions:
+            self.cache, self.attention_mask = None, torch.zeros((0, 0), dtype=torch.long)
+            return
+        self.cache.batch_select_indices(keep.to(self.device))
+        self.attention_mask = self.attention_mask[keep]
+        # Columns that are padding for every remaining row (left behind by long rows that left) cost
+        # attention time for nothing: cut them.
+        first = int(self.attention_mask.any(dim=0).nonzero()[0])
+        if first > 0 and self.can_admit:
+            self.attention_mask = self.attention_mask[:, first:]
+            for layer in self.cache.layers:
+                layer.keys, layer.values = layer.keys[:, :, first:], layer.values[:, :, first:]
+
+    def _forward(self, tokens: torch.Tensor) -> None:
+        ones = self.attention_mask.new_ones((len(self.rows), 1))
+        self.attention_mask = torch.cat([self.attention_mask, ones], dim=1)
+        self.logits = (
+            self.model(
+                input_ids=tokens[:, None].to(self.device),
+                attention_mask=self.attention_mask.to(self.device),
+                position_ids=self.next_positions[:, None].to(self.device),
+                **{self.cache_name: self.cache},
+                **self.forward_kwargs,
             )
             .logits[:, -1, :]
             .cpu()
         )
-        next_positions += 1
+        self.next_positions = self.next_positions + 1
 
-    return [
-        Completion(
+    def _completion(self, row: _Row) -> Completion:
+        return Completion(
             token_ids=row.token_ids,
             logprobs=row.logprobs,
             finish_reason=row.finish_reason or "length",
-            text=tokenizer.decode(row.token_ids, skip_special_tokens=True),
-            policy_version=version,
+            text=self.tokenizer.decode(row.token_ids, skip_special_tokens=True),
+            policy_version=self.version,
         )
-        for row in rows
-    ]
+
+
+def _left_pad_cache(cache: DynamicCache, width: int) -> None:
+    """Grow every layer's ``[B, H, W, D]`` keys and values to ``width`` with zero columns on the left."""
+    for layer in cache.layers:
+        missing = width - layer.keys.shape[2]
+        if missing > 0:
+            layer.keys = torch.nn.functional.pad(layer.keys, (0, 0, missing, 0))
+            layer.values = torch.nn.functional.pad(layer.values, (0, 0, missing, 0))
+
+
+def _left_pad_mask(mask: torch.Tensor, width: int) -> torch.Tensor:
+    return torch.nn.functional.pad(mask, (width - mask.shape[1], 0))

@@ -1,11 +1,13 @@
 """``HFEngine``: the embedded transformers engine (batched, KV-cached, token-in/token-out).
 
 Many rollout coroutines each ``await engine.generate([request])``; an ``aloft.inference.batching.
-RequestBatcher`` gathers them into batches of up to ``max_batch_size`` and runs each batch on the
-process's torch compute thread (so the event loop stays free for environments and tools).
+RequestBatcher`` queues them, and the engine decodes with continuous batching on the process's torch
+compute thread (so the event loop stays free for environments and tools): up to ``max_batch_size``
+rows decode together, a finished row leaves at once (its caller gets its completion), and queued
+requests join the running batch whenever rows are free (``aloft.inference.decoding.BatchDecoder``).
 
 That thread is the only place the model is touched: batches and weight updates go to the same
-one-thread executor, so an update never lands in the middle of a batch, and every ``Completion``
+one-thread executor, and an update stops admissions and waits for the running rows to finish, and every ``Completion``
 carries the ``policy_version`` of the weights that produced all of its tokens.
 
 Sampler logprobs are ``log_softmax(logits.float() / T)`` of each generated token, before top-k/top-p
@@ -27,8 +29,8 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from aloft.inference.base import WeightsSource, register_engine
-from aloft.inference.batching import RequestBatcher
-from aloft.inference.decoding import DecodeLimits, end_of_completion_ids, generate_batch
+from aloft.inference.batching import Deliver, RequestBatcher, Take
+from aloft.inference.decoding import BatchDecoder, DecodeLimits, end_of_completion_ids
 from aloft.models.compute_thread import compute_executor
 from aloft.models.loading import load_model, load_tokenizer
 from aloft.models.precision import fast_dtype
@@ -59,6 +61,7 @@ class EngineStats:
     """Counters since the engine was built (read them for throughput metrics and batching checks)."""
 
     batches: int = 0
+    """Admissions: groups of queued requests prefilled together and joined to the running batch."""
     requests: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -127,8 +130,9 @@ class HFEngine:
         # aloft.models.compute_thread), shared with the trainer's update so a single OpenMP team does
         # all the math.
         self._batcher = RequestBatcher(
-            self._run_batch,
+            None,
             compute_executor(),
+            run_continuous=self._run_continuous,
             name="HFEngine",
             max_batch_size=max_batch_size,
             batch_wait_s=batch_wait_s,
@@ -202,18 +206,27 @@ class HFEngine:
     # Batches, weights and memory (the compute thread)
     # ------------------------------------------------------------------------------------------------
 
-    def _run_batch(self, requests: list[GenerationRequest], seeds: list[int]) -> list[Completion]:
-        """Worker thread: generate one batch with the current weights."""
+    def _run_continuous(self, take: Take, deliver: Deliver) -> None:
+        """Continuous batching: admit queued requests whenever rows are free, deliver rows as they end."""
         started = time.perf_counter()
-        completions = generate_batch(
-            self.model, self.tokenizer, requests, seeds, self.limits, version=self._version
-        )
-        self.stats.batches += 1
-        self.stats.requests += len(requests)
-        self.stats.prompt_tokens += sum(len(r.prompt_ids) for r in requests)
-        self.stats.completion_tokens += sum(len(c.token_ids) for c in completions)
-        self.stats.busy_seconds += time.perf_counter() - started
-        return completions
+        decoder = BatchDecoder(self.model, self.tokenizer, self.limits, version=self._version)
+        try:
+            while True:
+                if decoder.can_admit and len(decoder) < self.max_batch_size:
+                    joining = take(self.max_batch_size - len(decoder))
+                    if joining:
+                        requests = [request for request, _, _ in joining]
+                        decoder.admit(requests, [seed for _, seed, _ in joining], [h for _, _, h in joining])
+                        self.stats.batches += 1
+                        self.stats.requests += len(requests)
+                        self.stats.prompt_tokens += sum(len(r.prompt_ids) for r in requests)
+                if not len(decoder):
+                    return
+                for handle, completion in decoder.step():
+                    self.stats.completion_tokens += len(completion.token_ids)
+                    deliver(handle, completion)
+        finally:
+            self.stats.busy_seconds += time.perf_counter() - started
 
     def _validate(self, request: GenerationRequest) -> None:
         ids = request.prompt_ids

@@ -81,6 +81,7 @@ class VLLMEngine:
             ``gpu_memory_utilization``.
         in_process: run vLLM's engine core in this process (see the module docstring).
         batch_wait_s: how long the batcher lets callers gather before a batch.
+        ignore_eos: never stop at end-of-completion tokens (benchmarks with fixed lengths).
         engine_kwargs: passed to ``vllm.LLM`` as they are (``tensor_parallel_size``, ...).
     """
 
@@ -99,6 +100,7 @@ class VLLMEngine:
         gpu_memory_utilization: float = 0.9,
         in_process: bool = True,
         batch_wait_s: float = 0.002,
+        ignore_eos: bool = False,
         **engine_kwargs: Any,
     ) -> None:
         if not isinstance(model_or_path, str | os.PathLike):
@@ -141,6 +143,7 @@ class VLLMEngine:
         self._end_ids = sorted(_end_of_completion_ids(self.tokenizer, self.model_path))
         self._tied = tied_aliases(self.model_path)
         self.on_gpu = not on_cpu
+        self.ignore_eos = ignore_eos
         self._version = 0
         self._batcher = RequestBatcher(
             self._run_batch,
@@ -239,7 +242,8 @@ class VLLMEngine:
             top_p=s.top_p,
             top_k=s.top_k if s.top_k > 0 else 0,
             stop=list(s.stop) or None,
-            stop_token_ids=sorted(set(self._end_ids) | set(s.stop_token_ids)),
+            stop_token_ids=sorted(set(() if self.ignore_eos else self._end_ids) | set(s.stop_token_ids)),
+            ignore_eos=self.ignore_eos,
             include_stop_str_in_output=True,
             seed=seed,
             logprobs=0,  # the sampled token's logprob only

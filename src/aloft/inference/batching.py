@@ -109,6 +109,8 @@ class RequestBatcher:
         """Queue the requests and wait for all their completions (same order)."""
         if self._closed:
             raise RuntimeError(f"{self.name} is closed; build a new engine")
+        if self.is_held("sleep"):
+            raise RuntimeError(f"{self.name} is asleep; call `await engine.wake_up()` before generate")
         state = self._loop_state()
         futures = []
         for request in requests:
@@ -237,6 +239,22 @@ class RequestBatcher:
                 raise
         else:
             state.pending.extendleft(reversed(handed))  # given to a run that ended before taking them
+
+
+def check_prompt(request: GenerationRequest, vocab_size: int, context_length: int) -> None:
+    """One-line ``ValueError`` for a prompt an engine cannot run: empty, foreign ids, or no room left."""
+    ids = request.prompt_ids
+    if not ids:
+        raise ValueError("GenerationRequest.prompt_ids is empty; give at least one prompt token")
+    if min(ids) < 0 or max(ids) >= vocab_size:
+        raise ValueError(
+            f"GenerationRequest.prompt_ids holds ids outside [0, {vocab_size}); tokenize with this engine's tokenizer"
+        )
+    if len(ids) >= context_length:
+        raise ValueError(
+            f"prompt of {len(ids)} tokens leaves no room in the model's context of {context_length}; "
+            "shorten the prompt"
+        )
 
 
 def _fail_all(batch: list[_Pending], error: BaseException, name: str) -> None:

@@ -29,7 +29,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from aloft.inference.base import WeightsSource, register_engine
-from aloft.inference.batching import Deliver, RequestBatcher, Take
+from aloft.inference.batching import Deliver, RequestBatcher, Take, check_prompt
 from aloft.inference.decoding import BatchDecoder, DecodeLimits, end_of_completion_ids
 from aloft.models.compute_thread import compute_executor
 from aloft.models.loading import load_model, load_tokenizer
@@ -150,12 +150,8 @@ class HFEngine:
 
     async def generate(self, requests: list[GenerationRequest]) -> list[Completion]:
         """Queue the requests for the batcher and wait for all their completions (same order)."""
-        if self._closed:
-            raise RuntimeError("HFEngine is closed; build a new engine")
-        if self._batcher.is_held("sleep"):
-            raise RuntimeError("HFEngine is asleep; call `await engine.wake_up()` before generate")
         for request in requests:
-            self._validate(request)
+            check_prompt(request, self._vocab_size, self.limits.max_positions)
         return await self._batcher.submit(requests)
 
     async def update_weights(self, weights: WeightsSource, version: int) -> None:
@@ -227,21 +223,6 @@ class HFEngine:
                     deliver(handle, completion)
         finally:
             self.stats.busy_seconds += time.perf_counter() - started
-
-    def _validate(self, request: GenerationRequest) -> None:
-        ids = request.prompt_ids
-        if not ids:
-            raise ValueError("GenerationRequest.prompt_ids is empty; give at least one prompt token")
-        if min(ids) < 0 or max(ids) >= self._vocab_size:
-            raise ValueError(
-                f"GenerationRequest.prompt_ids holds ids outside [0, {self._vocab_size}); "
-                "tokenize with this engine's tokenizer"
-            )
-        if len(ids) >= self.limits.max_positions:
-            raise ValueError(
-                f"prompt of {len(ids)} tokens leaves no room in the model's context of "
-                f"{self.limits.max_positions}; shorten the prompt"
-            )
 
     def _load_weights(self, weights: list[tuple[str, Any]] | str | os.PathLike[str], version: int) -> None:
         # Tied weights appear under both names (remove_duplicate=False); copying either updates both.

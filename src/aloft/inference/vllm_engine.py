@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from aloft.inference.base import WeightsSource, register_engine
-from aloft.inference.batching import RequestBatcher
+from aloft.inference.batching import RequestBatcher, check_prompt
 from aloft.inference.tied import tied_aliases, with_tied_aliases
 from aloft.models.compute_thread import compute_executor
 from aloft.models.loading import resolve_model_path
@@ -164,12 +164,8 @@ class VLLMEngine:
         return self._version
 
     async def generate(self, requests: list[GenerationRequest]) -> list[Completion]:
-        if self._closed:
-            raise RuntimeError("VLLMEngine is closed; build a new engine")
-        if self._batcher.is_held("sleep"):
-            raise RuntimeError("VLLMEngine is asleep; call `await engine.wake_up()` before generate")
         for request in requests:
-            self._validate(request)
+            check_prompt(request, self._vocab_size, self.max_model_len)
         return await self._batcher.submit(requests)
 
     async def update_weights(self, weights: WeightsSource, version: int) -> None:
@@ -273,21 +269,6 @@ class VLLMEngine:
                     self.llm.collective_rpc("reload_weights", kwargs={"weights_path": directory})
         self.llm.reset_prefix_cache()  # no KV computed by the old weights may be reused
         self._version = version
-
-    def _validate(self, request: GenerationRequest) -> None:
-        ids = request.prompt_ids
-        if not ids:
-            raise ValueError("GenerationRequest.prompt_ids is empty; give at least one prompt token")
-        if min(ids) < 0 or max(ids) >= self._vocab_size:
-            raise ValueError(
-                f"GenerationRequest.prompt_ids holds ids outside [0, {self._vocab_size}); "
-                "tokenize with this engine's tokenizer"
-            )
-        if len(ids) >= self.max_model_len:
-            raise ValueError(
-                f"prompt of {len(ids)} tokens leaves no room in the context of {self.max_model_len}; "
-                "shorten the prompt or raise max_model_len"
-            )
 
 
 def _on_cpu() -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from aloft.config import load_config
+from aloft.models.compute_thread import on_compute_thread
 from aloft.tracking import read_metrics
 from aloft.trainer import Trainer
 from tests.trainer import envs  # noqa: F401  (registers test_digits / test_flaky)
@@ -221,3 +223,25 @@ def test_checkpoint_resume_continues(tiny_overrides):
     a = load_file(Path(trainer.c.run_dir).parent / "full" / "checkpoints" / "step_4" / "policy.safetensors")
     b = load_file(trainer.c.run_dir / "checkpoints" / "step_4" / "policy.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_model_work_outside_the_loop_runs_on_the_compute_thread(tiny_overrides, monkeypatch):
+    """Building the workers and engine, checkpoints and weight gathering stay off the main thread: a
+    parallel torch op there starts a second OpenMP team that slows training and generation."""
+    import aloft.trainer.trainer as trainer_module
+
+    ran_on: dict[str, int] = {}
+
+    def recording(name, function):
+        def wrapper(*args, **kwargs):
+            ran_on[name] = threading.get_ident()
+            return function(*args, **kwargs)
+
+        return wrapper
+
+    for name in ("build_components", "load_checkpoint", "save_checkpoint"):
+        monkeypatch.setattr(trainer_module, name, recording(name, getattr(trainer_module, name)))
+    run([*tiny_overrides, "trainer.max_steps=1"])
+    compute = on_compute_thread(threading.get_ident)
+    assert ran_on == dict.fromkeys(("build_components", "load_checkpoint", "save_checkpoint"), compute)
+    assert compute != threading.get_ident()

@@ -16,6 +16,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.cache_utils import DynamicLayer
 
+from aloft.inference.kv_cache import AppendableLayer
 from aloft.inference.sampling import sample_next_tokens
 from aloft.models.compat import cache_kwarg
 from aloft.types import Completion, GenerationRequest
@@ -101,8 +102,9 @@ class BatchDecoder:
     their KV cache into the running one; ``step`` samples one token for every row, returns the rows that
     finished, drops them from every batch-shaped tensor and the cache, and runs the next forward for the
     rest. Shapes: B rows, W cache width. Rows are left-padded to the common width; ``position_ids`` count
-    real tokens only, so a row sees the same positions as it would alone. Joining needs plain
-    ``DynamicLayer`` caches (full attention); ``can_admit`` says whether rows may join a running batch.
+    real tokens only, so a row sees the same positions as it would alone. Full-attention caches become
+    ``AppendableLayer``s (in-place appends, rows can join); a model with other cache layers (sliding
+    windows) decodes one admitted batch at a time: ``can_admit`` says whether rows may join now.
     """
 
     def __init__(
@@ -112,8 +114,11 @@ class BatchDecoder:
         limits: DecodeLimits,
         *,
         version: int = 0,
+        max_rows: int = 0,
     ) -> None:
+        """``max_rows``: the most rows the caller will run at once (the cache reserves room for them)."""
         self.model, self.tokenizer, self.limits, self.version = model, tokenizer, limits, version
+        self.max_rows = max_rows
         self.device = model.device
         self.forward_kwargs: dict[str, Any] = {"use_cache": True, "logits_to_keep": 1}
         self.cache_name = cache_kwarg(model)
@@ -134,7 +139,7 @@ class BatchDecoder:
     @property
     def can_admit(self) -> bool:
         """Whether new rows may join now (always when empty; else only over plain dynamic caches)."""
-        return self.cache is None or all(type(layer) is DynamicLayer for layer in self.cache.layers)
+        return self.cache is None or all(isinstance(layer, AppendableLayer) for layer in self.cache.layers)
 
     @torch.inference_mode()
     def admit(self, requests: list[GenerationRequest], seeds: list[int], handles: list[Any]) -> None:
@@ -169,14 +174,13 @@ class BatchDecoder:
                 next_positions[row_source],
             )
         if self.cache is None:
+            if all(type(layer) is DynamicLayer for layer in cache.layers):
+                cache.layers = [AppendableLayer(c.keys, c.values, self.max_rows) for c in cache.layers]
             self.cache, self.attention_mask = cache, attention_mask
         else:
-            width = max(self.attention_mask.shape[1], attention_mask.shape[1])
-            _left_pad_cache(self.cache, width)
-            _left_pad_cache(cache, width)
             for layer, joining in zip(self.cache.layers, cache.layers):
-                layer.keys = torch.cat([layer.keys, joining.keys])
-                layer.values = torch.cat([layer.values, joining.values])
+                layer.join(joining.keys, joining.values)
+            width = max(self.attention_mask.shape[1], attention_mask.shape[1])
             self.attention_mask = torch.cat(
                 [_left_pad_mask(self.attention_mask, width), _left_pad_mask(attention_mask, width)]
             )
@@ -198,41 +202,47 @@ class BatchDecoder:
             self.logits, self.temperature, self.top_k, self.top_p, self.generators
         )
         token_list, logprob_list = tokens.tolist(), logprobs.tolist()
-        finished, continuing = [], []
+        finished = []
         for position, row in enumerate(self.rows):
             row.token_ids.append(token_list[position])
             row.logprobs.append(logprob_list[position])
             room = self.limits.max_positions - len(row.request.prompt_ids) - len(row.token_ids)
             row.finish_reason = _finish_reason(row, token_list[position], self.tokenizer, room)
-            (continuing if row.finish_reason is None else finished).append(position)
+            if row.finish_reason is not None:
+                finished.append(position)
         done = [(self.handles[p], self._completion(self.rows[p])) for p in finished]
         if finished:
-            self._keep(continuing)
-            tokens = tokens[torch.tensor(continuing, dtype=torch.long)]
+            order = _fill_holes(len(self.rows), finished)
+            self._keep(order)
+            tokens = tokens[torch.tensor(order, dtype=torch.long)]
         if self.rows:
             self._forward(tokens)
         return done
 
-    def _keep(self, positions: list[int]) -> None:
-        """Drop every row not in ``positions`` from all batch-shaped state, the KV cache included."""
-        keep = torch.tensor(positions, dtype=torch.long)
-        self.rows = [self.rows[p] for p in positions]
-        self.handles = [self.handles[p] for p in positions]
-        self.generators = [self.generators[p] for p in positions]
+    def _keep(self, order: list[int]) -> None:
+        """Keep the rows ``order`` (old positions, in their new order) in all batch-shaped state and the cache."""
+        keep = torch.tensor(order, dtype=torch.long)
+        self.rows = [self.rows[p] for p in order]
+        self.handles = [self.handles[p] for p in order]
+        self.generators = [self.generators[p] for p in order]
         self.temperature, self.top_k, self.top_p = self.temperature[keep], self.top_k[keep], self.top_p[keep]
         self.next_positions = self.next_positions[keep]
-        if not positions:
+        if not order:
             self.cache, self.attention_mask = None, torch.zeros((0, 0), dtype=torch.long)
             return
-        self.cache.batch_select_indices(keep.to(self.device))
         self.attention_mask = self.attention_mask[keep]
+        for layer in self.cache.layers:
+            if isinstance(layer, AppendableLayer):
+                layer.keep_rows(order)
+            else:
+                layer.batch_select_indices(keep)
         # Columns that are padding for every remaining row (left behind by long rows that left) cost
         # attention time for nothing: cut them.
         first = int(self.attention_mask.any(dim=0).nonzero()[0])
         if first > 0 and self.can_admit:
             self.attention_mask = self.attention_mask[:, first:]
             for layer in self.cache.layers:
-                layer.keys, layer.values = layer.keys[:, :, first:], layer.values[:, :, first:]
+                layer.trim_left(first)
 
     def _forward(self, tokens: torch.Tensor) -> None:
         ones = self.attention_mask.new_ones((len(self.rows), 1))
@@ -260,13 +270,18 @@ class BatchDecoder:
         )
 
 
-def _left_pad_cache(cache: DynamicCache, width: int) -> None:
-    """Grow every layer's ``[B, H, W, D]`` keys and values to ``width`` with zero columns on the left."""
-    for layer in cache.layers:
-        missing = width - layer.keys.shape[2]
-        if missing > 0:
-            layer.keys = torch.nn.functional.pad(layer.keys, (0, 0, missing, 0))
-            layer.values = torch.nn.functional.pad(layer.values, (0, 0, missing, 0))
+def _fill_holes(rows: int, finished: list[int]) -> list[int]:
+    """New order of the rows that continue: each finished row's place goes to one of the last rows.
+
+    So the KV cache moves one row per finished row instead of shifting every row after it.
+    """
+    gone = set(finished)
+    kept = rows - len(finished)
+    order = list(range(kept))
+    movers = [p for p in range(kept, rows) if p not in gone]
+    for hole, mover in zip([p for p in finished if p < kept], movers, strict=True):
+        order[hole] = mover
+    return order
 
 
 def _left_pad_mask(mask: torch.Tensor, width: int) -> torch.Tensor:

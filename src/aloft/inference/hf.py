@@ -31,7 +31,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from aloft.inference.base import WeightsSource, register_engine
 from aloft.inference.batching import Deliver, RequestBatcher, Take, check_prompt
 from aloft.inference.decoding import BatchDecoder, DecodeLimits, end_of_completion_ids
-from aloft.models.compute_thread import compute_executor
+from aloft.inference.prepacked import prepack_linears, prepacking_supported, repack_linears
+from aloft.models.compute_thread import compute_executor, on_compute_thread
 from aloft.models.loading import load_model, load_tokenizer
 from aloft.models.precision import fast_dtype
 from aloft.types import Completion, GenerationRequest
@@ -100,19 +101,14 @@ class HFEngine:
         if max_batch_size < 1:
             raise ValueError(f"HFEngine: max_batch_size must be >= 1, got {max_batch_size}")
         torch_dtype = _parse_dtype(dtype, torch.device(device))
-        if isinstance(model_or_path, str | os.PathLike):
-            model = load_model(str(model_or_path), dtype=torch_dtype)
-            tokenizer = tokenizer if tokenizer is not None else str(model_or_path)
-        else:
-            if tokenizer is None:
-                raise ValueError("HFEngine needs a tokenizer with a model object: HFEngine(model, tokenizer)")
-            model = copy.deepcopy(model_or_path).to(torch_dtype)
-        if isinstance(tokenizer, str):
-            tokenizer = load_tokenizer(tokenizer)
-        if hasattr(model, "set_attn_implementation"):
-            model.set_attn_implementation("sdpa")
-        model.requires_grad_(False)
-        self.model: PreTrainedModel = model.to(device).eval()
+        if not isinstance(model_or_path, str | os.PathLike) and tokenizer is None:
+            raise ValueError("HFEngine needs a tokenizer with a model object: HFEngine(model, tokenizer)")
+        if tokenizer is None or isinstance(tokenizer, str):
+            tokenizer = load_tokenizer(str(tokenizer or model_or_path))
+        # Loading, copying and casting run parallel torch ops: on the compute thread, so the caller's
+        # thread never starts an OpenMP team of its own (see aloft.models.compute_thread).
+        model = on_compute_thread(_private_model, model_or_path, torch_dtype, torch.device(device))
+        self.model: PreTrainedModel = model
         self.tokenizer: PreTrainedTokenizerBase = tokenizer
         self.device = torch.device(device)
         self.dtype = torch_dtype
@@ -205,7 +201,9 @@ class HFEngine:
     def _run_continuous(self, take: Take, deliver: Deliver) -> None:
         """Continuous batching: admit queued requests whenever rows are free, deliver rows as they end."""
         started = time.perf_counter()
-        decoder = BatchDecoder(self.model, self.tokenizer, self.limits, version=self._version)
+        decoder = BatchDecoder(
+            self.model, self.tokenizer, self.limits, version=self._version, max_rows=self.max_batch_size
+        )
         try:
             while True:
                 if decoder.can_admit and len(decoder) < self.max_batch_size:
@@ -237,6 +235,7 @@ class HFEngine:
             with torch.no_grad():
                 for name, tensor in weights:
                     targets[name].copy_(tensor.detach())  # copy_ casts to the engine's dtype and device
+        repack_linears(self.model)
         self._version = version
 
     def _load_checkpoint(self, path: Path, targets: dict[str, torch.Tensor]) -> None:
@@ -264,6 +263,22 @@ class HFEngine:
     def _onload(self) -> None:
         if self.device.type != "cpu":
             self.model.to(self.device)
+
+
+def _private_model(
+    model_or_path: str | os.PathLike[str] | PreTrainedModel, dtype: torch.dtype, device: torch.device
+) -> PreTrainedModel:
+    """The engine's own inference copy: loaded from a path, or a deep copy of a model object."""
+    if isinstance(model_or_path, str | os.PathLike):
+        model = load_model(str(model_or_path), dtype=dtype)
+    else:
+        model = copy.deepcopy(model_or_path).to(dtype)  # training the original never races with generation
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation("sdpa")
+    model = model.requires_grad_(False).to(device).eval()
+    if prepacking_supported(model):
+        prepack_linears(model)
+    return model
 
 
 def _check_weights(shapes: Iterable[tuple[str, Any]], targets: dict[str, torch.Tensor]) -> None:

@@ -34,10 +34,14 @@ def sample_next_tokens(
     greedy = temperature <= 0
     scale = torch.where(greedy, torch.ones_like(temperature), temperature).float()
     logprobs = torch.log_softmax(logits / scale[:, None], dim=-1)  # [B, V]
-    tokens = logits.argmax(dim=-1)  # [B]; kept for greedy rows
+    tokens = torch.zeros(logits.shape[0], dtype=torch.long, device=logits.device)  # [B]
+    greedy_rows = greedy.nonzero().squeeze(1)
+    if greedy_rows.numel() > 0:  # argmax over the vocabulary costs as much as the softmax: only where needed
+        tokens[greedy_rows] = logits.index_select(0, greedy_rows).argmax(dim=-1)
     sampled_rows = (~greedy).nonzero().squeeze(1)
     if sampled_rows.numel() > 0:
-        probs = logprobs.index_select(0, sampled_rows).exp_()  # [S, V]
+        every_row = sampled_rows.numel() == logits.shape[0]
+        probs = (logprobs if every_row else logprobs.index_select(0, sampled_rows)).exp()  # [S, V]
         probs = apply_top_k(probs, top_k.index_select(0, sampled_rows))
         probs = apply_top_p(probs, top_p.index_select(0, sampled_rows))
         uniforms = torch.stack([torch.rand((), generator=generators[row]) for row in sampled_rows.tolist()])

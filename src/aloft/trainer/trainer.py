@@ -55,9 +55,12 @@ class Trainer:
 
     def __init__(self, config: AloftConfig) -> None:
         self.cfg = config
-        self.c: Components = build_components(config)
+        # Every torch op of the run happens on the compute thread, construction and checkpoints included:
+        # one parallel op on this thread would start a second OpenMP team, and two teams slow each
+        # other down (aloft.models.compute_thread).
+        self.c: Components = on_compute_thread(build_components, config)
         self.step = 0
-        resumed = load_checkpoint(self.c)
+        resumed = on_compute_thread(load_checkpoint, self.c)
         if resumed is not None:
             self.step = resumed
             self.sync_weights(version=self.step)
@@ -105,7 +108,7 @@ class Trainer:
             if cfg.eval_every and self.step % cfg.eval_every == 0 or self.step == cfg.max_steps:
                 last.update(self.run_eval())
             if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 or self.step == cfg.max_steps:
-                save_checkpoint(c, self.step)
+                on_compute_thread(save_checkpoint, c, self.step)
             bar.update(1)
             bar.set_postfix(
                 reward=f"{metrics['reward/mean']:.3f}",
@@ -113,7 +116,7 @@ class Trainer:
             )
         bar.close()
         if cfg.export_final:
-            c.export_policy()
+            on_compute_thread(c.export_policy)
         c.logger.close()
         c.settle()
         return last
@@ -236,7 +239,8 @@ class Trainer:
         return [rows for rows in out if rows]
 
     def sync_weights(self, version: int) -> None:
-        self.c.run(self.c.engine.update_weights(self.c.policy.named_weights(), version))
+        weights = on_compute_thread(lambda: list(self.c.policy.named_weights()))  # LoRA merges: math
+        self.c.run(self.c.engine.update_weights(weights, version))
 
     def run_eval(self) -> dict[str, float]:
         c, gen = self.c, self.cfg.generator

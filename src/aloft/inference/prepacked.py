@@ -1,0 +1,63 @@
+"""Linear layers with oneDNN-prepacked bfloat16 weights, for the hf engine on CPU.
+
+``torch.nn.functional.linear`` on a bfloat16 CPU tensor hands the weight to oneDNN in PyTorch's
+plain layout, and oneDNN reorders it into its blocked (AMX / AVX512-BF16) layout on every call.
+Reordering once, when the engine builds or reloads its weights, makes a decode step's linears about
+1.6x faster on the 2-core Xeon (measured: [32, 576] x [576, 1536] 84 -> 53 us) with bit-identical
+outputs. This is what ``torch.compile``'s CPU "freezing" pass does to a frozen graph; here it is done
+eagerly, module by module, so the engine keeps its eager forward and variable shapes.
+
+Only the engine's private inference copy is converted; the ``weight`` parameter stays (state dict,
+weight updates, tied embeddings), and ``repack`` refreshes the packed copy after weights change.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+_BATCH_HINT = 32
+"""Rows oneDNN is told to expect when choosing the packed layout (any row count works)."""
+
+
+def prepacking_supported(model: nn.Module) -> bool:
+    """Whether ``prepack_linears`` applies: a bfloat16 model on CPU with oneDNN's packed linear available."""
+    parameter = next(model.parameters(), None)
+    return (
+        parameter is not None
+        and parameter.device.type == "cpu"
+        and parameter.dtype == torch.bfloat16
+        and torch.backends.mkldnn.is_available()
+        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+        and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+    )
+
+
+class PrepackedLinear(nn.Linear):
+    """An ``nn.Linear`` whose forward uses a oneDNN-packed copy of its weight (refresh it with ``repack``)."""
+
+    def repack(self) -> None:
+        self._packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), _BATCH_HINT)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled() and self.weight.requires_grad:  # packed weights carry no autograd
+            return super().forward(x)
+        return torch.ops.mkldnn._linear_pointwise(x, self._packed, self.bias, "none", [], "")
+
+
+def prepack_linears(model: nn.Module) -> int:
+    """Turn every plain ``nn.Linear`` of ``model`` into a ``PrepackedLinear`` in place; returns how many."""
+    converted = 0
+    for module in model.modules():
+        if type(module) is nn.Linear:
+            module.__class__ = PrepackedLinear  # same parameters and state dict, another forward
+            module.repack()
+            converted += 1
+    return converted
+
+
+def repack_linears(model: nn.Module) -> None:
+    """Refresh the packed weights after the model's parameters changed (weight updates)."""
+    for module in model.modules():
+        if isinstance(module, PrepackedLinear):
+            module.repack()

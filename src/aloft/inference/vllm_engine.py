@@ -37,7 +37,7 @@ from typing import Any
 from aloft.inference.base import WeightsSource, register_engine
 from aloft.inference.batching import RequestBatcher, check_prompt
 from aloft.inference.tied import tied_aliases, with_tied_aliases
-from aloft.models.compute_thread import compute_executor
+from aloft.models.compute_thread import compute_executor, on_compute_thread
 from aloft.models.loading import resolve_model_path
 from aloft.types import Completion, GenerationRequest
 
@@ -130,7 +130,8 @@ class VLLMEngine:
         }
         executor = compute_executor()
         # Built on the compute thread: on CPU vLLM binds the OpenMP threads of the thread that builds it.
-        self.llm = executor.submit(lambda: vllm.LLM(**llm_kwargs)).result()
+        # (inline when the caller is already there, e.g. the trainer's build_components).
+        self.llm = on_compute_thread(lambda: vllm.LLM(**llm_kwargs))
         if in_process:
             global _LIVE_IN_PROCESS
             _LIVE_IN_PROCESS += 1

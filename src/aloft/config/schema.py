@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, PositiveInt, field_validator, model_validator
 
 
 class Section(BaseModel):
@@ -164,7 +164,13 @@ class OptimConfig(Section):
     """Sequences per forward/backward; the loss does not depend on it."""
     share_prompts: bool = True
     """Run each group's shared prompt through the model once per training forward (same loss and
-    gradients, fewer FLOPs; off when gradient checkpointing is on)."""
+    gradients, fewer FLOPs; off when gradient checkpointing is on; no effect with packing)."""
+    packing: bool = False
+    """Pack each micro-batch's sequences end to end with no padding (per-sequence positions, no
+    attention across sequences): same loss and gradients, fewer FLOPs on length-varied batches.
+    Micro-batches are then cut by micro_batch_tokens instead of micro_batch_size."""
+    micro_batch_tokens: PositiveInt = 4096
+    """With packing: most real tokens (prompt + completion) per micro-batch."""
     bf16_autocast: bool | Literal["auto"] = "auto"
     """bfloat16 autocast for training forward/backward (fp32 master weights); auto = only where the
     hardware has native bf16 math."""

@@ -209,6 +209,8 @@ def build_components(cfg: AloftConfig) -> Components:
             micro_batch_size=optim.micro_batch_size,
             bf16_autocast=autocast,
             share_prompts=optim.share_prompts,
+            packing=optim.packing,
+            micro_batch_tokens=optim.micro_batch_tokens,
         ),
         temperature=gen.temperature,
         gradient_checkpointing=cfg.model.gradient_checkpointing,
@@ -223,7 +225,7 @@ def build_components(cfg: AloftConfig) -> Components:
         reference = ReferenceWorker(
             model_path,
             temperature=gen.temperature,
-            micro_batch_size=optim.micro_batch_size,
+            micro_batching=policy.settings.micro_batching,
             bf16_autocast=autocast,
         )
     critic = None

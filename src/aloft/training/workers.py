@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +30,8 @@ from aloft.algorithms import (
 )
 from aloft.models import load_model
 from aloft.models.compat import cache_kwarg
-from aloft.training.batch import TrainBatch, split_rows
+from aloft.training.batch import TrainBatch
+from aloft.training.packing import MicroBatching, packed_completion_logits
 
 
 @dataclass(kw_only=True)
@@ -47,6 +48,13 @@ class OptimSettings:
     bf16_autocast: bool = False
     share_prompts: bool = True
     """Forward each group's shared prompt once (see ``completion_logits``)."""
+    packing: bool = False
+    """Pack micro-batches with no padding (see ``aloft.training.packing``); cut by ``micro_batch_tokens``."""
+    micro_batch_tokens: int = 4096
+
+    @property
+    def micro_batching(self) -> MicroBatching:
+        return MicroBatching(rows=self.micro_batch_size, packing=self.packing, tokens=self.micro_batch_tokens)
 
 
 def make_optimizer(params: list[nn.Parameter], s: OptimSettings) -> tuple[torch.optim.Optimizer, Any]:
@@ -70,6 +78,26 @@ def make_optimizer(params: list[nn.Parameter], s: OptimSettings) -> tuple[torch.
         return 0.5 * (1.0 + math.cos(math.pi * progress))
 
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
+
+
+def token_logits(
+    model: nn.Module, batch: TrainBatch, share_prompts: bool, packing: bool
+) -> tuple[torch.Tensor, torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
+    """``(logits [R, C, V], targets [R, C], to_rows)`` for the completion tokens of ``batch``.
+
+    Padded (``completion_logits``): R, C = B, T and ``to_rows`` is the identity. Packed
+    (``aloft.training.packing``): only real completion tokens, in rows of ``LOGIT_ROW``; ``to_rows``
+    puts per-token values ``[R, C]`` back in the ``[B, T]`` layout. ``share_prompts`` has no effect
+    when packed (a packed row has no shared prompt to reuse).
+    """
+    if packing:
+        packed = packed_completion_logits(model, batch)
+        return packed.logits, packed.targets, packed.to_rows
+    return completion_logits(model, batch, share_prompts), batch.completion_ids, _same
+
+
+def _same(values: torch.Tensor) -> torch.Tensor:
+    return values
 
 
 def _autocast(enabled: bool) -> contextlib.AbstractContextManager:
@@ -241,14 +269,17 @@ class PolicyWorker(_Trainable):
         self, batch: TrainBatch, with_entropy: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         with _autocast(self.settings.bf16_autocast):
-            logits = completion_logits(self.model, batch, self.share_prompts)
-        # Half-precision logits are upcast a row at a time inside (no [B, T, V] float32 copy).
+            logits, targets, to_rows = token_logits(
+                self.model, batch, self.share_prompts, self.settings.packing
+            )
+        # Half-precision logits are upcast a row at a time inside (no [R, C, V] float32 copy).
         if not with_entropy:
-            return logprobs_from_logits(logits, batch.completion_ids, temperature=self.temperature), None
-        # One pass for both; the [B, T, V] softmax stays out of the graph unless entropy is trained on.
-        return logprobs_and_entropy_from_logits(
-            logits, batch.completion_ids, temperature=self.temperature, entropy_grad=self.entropy_in_loss
+            return to_rows(logprobs_from_logits(logits, targets, temperature=self.temperature)), None
+        # One pass for both; the [R, C, V] softmax stays out of the graph unless entropy is trained on.
+        logprobs, entropy = logprobs_and_entropy_from_logits(
+            logits, targets, temperature=self.temperature, entropy_grad=self.entropy_in_loss
         )
+        return to_rows(logprobs), to_rows(entropy)
 
     @torch.no_grad()
     def compute_logprobs(self, batch: TrainBatch) -> torch.Tensor:
@@ -281,8 +312,7 @@ class PolicyWorker(_Trainable):
             mini = batch.select(rows)
             normalizer = LossNormalizer.from_mask(mini.loss_mask, max_len=max_len)
             tokens = max(normalizer.num_tokens, 1)
-            for micro_rows in split_rows(len(rows), self.settings.micro_batch_size):
-                global_rows = [rows[i] for i in micro_rows]
+            for global_rows in self.settings.micro_batching.split(batch, rows):
                 micro = batch.select(global_rows)
                 t = micro.completion_width
                 mask = micro.loss_mask
@@ -325,7 +355,7 @@ class PolicyWorker(_Trainable):
         return {k: (v if k == "policy/lr" else v / n) for k, v in totals.items()}
 
     def _micro(self, batch: TrainBatch) -> Iterator[list[int]]:
-        yield from split_rows(batch.num_rows, self.settings.micro_batch_size)
+        yield from self.settings.micro_batching.split(batch)
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Parameters under the plain HF names (LoRA merged) for the inference engine."""
@@ -362,21 +392,21 @@ class ReferenceWorker:
     """A frozen copy of the initial policy for KL terms."""
 
     def __init__(
-        self, model_path: str, *, temperature: float, micro_batch_size: int, bf16_autocast: bool
+        self, model_path: str, *, temperature: float, micro_batching: MicroBatching, bf16_autocast: bool
     ) -> None:
         self.model = load_model(model_path, dtype=torch.float32).eval().requires_grad_(False)
         self.temperature = temperature if temperature > 0 else 1.0
-        self.micro_batch_size = micro_batch_size
+        self.micro_batching = micro_batching
         self.bf16_autocast = bf16_autocast
 
     @torch.no_grad()
     def compute_logprobs(self, batch: TrainBatch) -> torch.Tensor:
         out = []
-        for rows in split_rows(batch.num_rows, self.micro_batch_size):
+        for rows in self.micro_batching.split(batch):
             micro = batch.select(rows)
             with _autocast(self.bf16_autocast):
-                logits = completion_logits(self.model, micro, share_prompts=True)
-            out.append(logprobs_from_logits(logits, micro.completion_ids, temperature=self.temperature))
+                logits, targets, to_rows = token_logits(self.model, micro, True, self.micro_batching.packing)
+            out.append(to_rows(logprobs_from_logits(logits, targets, temperature=self.temperature)))
         return _pad_cat(out, batch.completion_width)
 
 
@@ -415,7 +445,7 @@ class CriticWorker(_Trainable):
     def compute_values(self, batch: TrainBatch) -> torch.Tensor:
         self.model.eval()
         out = []
-        for rows in split_rows(batch.num_rows, self.settings.micro_batch_size):
+        for rows in self.settings.micro_batching.split(batch):
             with _autocast(self.settings.bf16_autocast):
                 out.append(self.model(batch.select(rows)).float())
         return _pad_cat(out, batch.completion_width)
@@ -432,8 +462,8 @@ class CriticWorker(_Trainable):
         totals: dict[str, float] = defaultdict(float)
         for rows in mini_batches:
             normalizer = LossNormalizer.from_mask(batch.select(rows).loss_mask)
-            for micro_rows in split_rows(len(rows), self.settings.micro_batch_size):
-                global_rows = [rows[i] for i in micro_rows]
+            micro_batches = self.settings.micro_batching.split(batch, rows)
+            for global_rows in micro_batches:
                 micro = batch.select(global_rows)
                 t = micro.completion_width
                 with _autocast(self.settings.bf16_autocast):
@@ -449,9 +479,7 @@ class CriticWorker(_Trainable):
                 loss.backward()
                 totals["critic/loss"] += float(loss.detach())
                 for k, v in metrics.items():
-                    totals[f"critic/{k}"] += float(v) / len(
-                        split_rows(len(rows), self.settings.micro_batch_size)
-                    )
+                    totals[f"critic/{k}"] += float(v) / len(micro_batches)
             totals["critic/grad_norm"] += self._step()
         return {k: v / len(mini_batches) for k, v in totals.items()}
 

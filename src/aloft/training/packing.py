@@ -1,0 +1,256 @@
+"""Sequence packing: a micro-batch's rows laid end to end in one row, with no padding.
+
+A padded micro-batch costs ``B x (P + T)`` token positions (widest prompt plus longest completion), a
+packed one only the real tokens. With completion lengths spread over 8..256, half of the padded
+positions are padding. Layout of a packed micro-batch (three rows)::
+
+    input_ids:     [a0 a1 a2 a3 | b0 b1 | c0 c1 c2]     shape [1, N], N = real tokens
+    position_ids:  [ 0  1  2  3 |  0  1 |  0  1  2]     restart at every row
+
+Attention runs sequence by sequence (``packed_attention``, registered with transformers as
+``"aloft_packed"`` and switched on for the packed forward only): each sequence attends causally to
+itself, so no token sees another row and attention costs the sum of squared lengths, not the square
+of the packed length (a dense block-diagonal mask over N = 2000 tokens cost SmolLM2 as much as all
+its linear layers). Logits equal the padded ones up to float rounding. Only the positions that
+predict completion tokens go through the LM head (``logits_to_keep`` as an index tensor), and they
+are scattered back to the ``[B, T]`` layout the losses use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface
+
+from aloft.training.batch import TrainBatch, split_rows
+
+
+@dataclass(frozen=True)
+class PackedRows:
+    """One packed micro-batch and where its completion logits go."""
+
+    input_ids: torch.Tensor
+    """[1, N] every row's prompt and completion tokens, end to end."""
+    position_ids: torch.Tensor
+    """[1, N] positions restarting at 0 for every row."""
+    logit_positions: torch.Tensor
+    """[K] positions whose logits predict a completion token (K = real completion tokens)."""
+    rows: torch.Tensor
+    """[K] the row of each kept logit in the [B, T] layout."""
+    columns: torch.Tensor
+    """[K] its completion column."""
+    boundaries: torch.Tensor
+    """[S + 1] where each sequence starts in the packed row, then N."""
+
+
+def pack_rows(batch: TrainBatch) -> PackedRows:
+    """Lay the real tokens of every row of ``batch`` end to end (see the module docstring)."""
+    p = batch.prompt_width
+    prompt_mask = batch.attention_mask[:, :p].bool()
+    completion_lengths = batch.attention_mask[:, p:].sum(dim=1).tolist()
+    ids, positions, logit_positions, rows, columns = [], [], [], [], []
+    start, boundaries = 0, [0]
+    for row, completion_length in enumerate(completion_lengths):
+        prompt = batch.input_ids[row, :p][prompt_mask[row]]
+        sequence = torch.cat([prompt, batch.input_ids[row, p : p + completion_length]])
+        ids.append(sequence)
+        positions.append(torch.arange(len(sequence)))
+        # Completion token t is predicted by the logits at the token before it.
+        logit_positions.append(start + len(prompt) - 1 + torch.arange(completion_length))
+        rows.append(torch.full((completion_length,), row))
+        columns.append(torch.arange(completion_length))
+        start += len(sequence)
+        boundaries.append(start)
+    return PackedRows(
+        input_ids=torch.cat(ids)[None],
+        position_ids=torch.cat(positions)[None],
+        logit_positions=torch.cat(logit_positions),
+        rows=torch.cat(rows),
+        columns=torch.cat(columns),
+        boundaries=torch.tensor(boundaries),
+    )
+
+
+PACKED_ATTENTION = "aloft_packed"
+
+
+def packed_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    cu_seq_lens_q: torch.Tensor | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """Causal attention within each packed sequence (a transformers attention function).
+
+    ``query [1, H, N, D]``, ``key`` / ``value [1, H_kv, N, D]``; ``cu_seq_lens_q [S + 1]`` holds the
+    sequences' start offsets and N. Returns ``[1, N, H, D]`` as transformers expects.
+    """
+    if cu_seq_lens_q is None:
+        raise ValueError("packed attention needs cu_seq_lens_q (the packed sequences' boundaries)")
+    bounds = cu_seq_lens_q.tolist()
+    dropout = dropout if module.training else 0.0
+    outputs = [
+        _causal_attention(
+            query[:, :, start:end], key[:, :, start:end], value[:, :, start:end], dropout, scaling
+        )
+        for start, end in zip(bounds[:-1], bounds[1:])
+    ]
+    return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), None
+
+
+EAGER_MAX_LENGTH = 160
+"""Longest sequence whose CPU bf16 attention runs as plain matmuls: SDPA's flash backward is slower
+on short rows (SmolLM2's shapes, 64 tokens: 1.25 ms vs 0.69 ms forward + backward; equal by ~300)."""
+
+
+def _causal_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dropout: float, scaling: float | None
+) -> torch.Tensor:
+    """``[1, H, L, D]`` causal attention of one sequence (``key`` / ``value`` may have fewer heads)."""
+    length = query.shape[2]
+    eager = (
+        query.device.type == "cpu"
+        and query.dtype == torch.bfloat16
+        and length <= EAGER_MAX_LENGTH
+        and not dropout
+    )
+    if not eager:
+        return torch.nn.functional.scaled_dot_product_attention(
+            query,
+            key,
+            value,
+            dropout_p=dropout,
+            is_causal=True,
+            scale=scaling,
+            enable_gqa=query.shape[1] != key.shape[1],
+        )
+    groups = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    scores = (query @ key.transpose(-1, -2)).float() * scale  # [1, H, L, L], softmax in float32
+    future = torch.ones(length, length, dtype=torch.bool, device=query.device).triu_(1)
+    weights = torch.softmax(scores.masked_fill_(future, float("-inf")), dim=-1).to(value.dtype)
+    return weights @ value
+
+
+def _no_mask(*args, **kwargs) -> None:
+    return None  # packed_attention masks by construction
+
+
+AttentionInterface.register(PACKED_ATTENTION, packed_attention)
+AttentionMaskInterface.register(PACKED_ATTENTION, _no_mask)
+
+
+@contextlib.contextmanager
+def _packed_attention_on(model: nn.Module) -> Iterator[None]:
+    """Switch ``model`` to ``packed_attention`` for one forward (and backward: autograd keeps the ops)."""
+    config = getattr(model, "config", None)
+    previous = getattr(config, "_attn_implementation", None)
+    if previous is None or not hasattr(model, "set_attn_implementation"):
+        raise ValueError(
+            f"optim.packing needs a transformers model whose attention can be switched; {type(model).__name__} "
+            "has none: turn optim.packing off"
+        )
+    model.set_attn_implementation(PACKED_ATTENTION)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(previous)
+
+
+LOGIT_ROW = 256
+"""Completion logits are returned in rows of this many tokens: the loss side upcasts one row at a time."""
+
+
+@dataclass(frozen=True)
+class PackedLogits:
+    """The completion logits of a packed forward, in rows of ``LOGIT_ROW`` tokens, and their targets."""
+
+    logits: torch.Tensor
+    """[R, LOGIT_ROW, V]: the K real completion tokens' logits in row-major order, then filler rows."""
+    targets: torch.Tensor
+    """[R, LOGIT_ROW] the completion token each logit predicts (0 on filler)."""
+    packed: PackedRows
+    shape: tuple[int, int]
+    """[B, T] of the batch the values go back to."""
+
+    def to_rows(self, values: torch.Tensor) -> torch.Tensor:
+        """Per-token ``values [R, LOGIT_ROW]`` back in the batch layout ``[B, T]`` (0 on padding)."""
+        kept = values.flatten()[: self.packed.rows.numel()]
+        out = values.new_zeros(self.shape)
+        return out.index_put((self.packed.rows.to(out.device), self.packed.columns.to(out.device)), kept)
+
+
+def packed_completion_logits(model: nn.Module, batch: TrainBatch) -> PackedLogits:
+    """The logits predicting each real completion token of ``batch``, from one packed forward."""
+    packed = pack_rows(batch)
+    device = next(model.parameters()).device
+    count = packed.logit_positions.numel()
+    filler = -count % LOGIT_ROW
+    # Filler slots repeat the last position: the LM head runs on < LOGIT_ROW extra rows, and the
+    # logits come out already shaped for the per-row loss code.
+    positions = torch.cat([packed.logit_positions, packed.logit_positions[-1:].expand(filler)])
+    with _packed_attention_on(model):
+        logits = model(
+            input_ids=packed.input_ids.to(device),
+            position_ids=packed.position_ids.to(device),
+            logits_to_keep=positions.to(device),
+            cu_seq_lens_q=packed.boundaries.to(device),
+            use_cache=False,
+        ).logits[0]  # [K + filler, V]
+    targets = torch.zeros(count + filler, dtype=torch.long)
+    targets[:count] = batch.completion_ids[packed.rows, packed.columns]
+    return PackedLogits(
+        logits=logits.view(-1, LOGIT_ROW, logits.shape[-1]),
+        targets=targets.view(-1, LOGIT_ROW).to(device),
+        packed=packed,
+        shape=(batch.num_rows, batch.completion_width),
+    )
+
+
+def token_budget_chunks(lengths: list[int], budget: int) -> list[list[int]]:
+    """Consecutive row chunks holding at most ``budget`` tokens each (a longer row gets a chunk alone)."""
+    chunks: list[list[int]] = []
+    current: list[int] = []
+    tokens = 0
+    for row, length in enumerate(lengths):
+        if current and tokens + length > budget:
+            chunks.append(current)
+            current, tokens = [], 0
+        current.append(row)
+        tokens += length
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+@dataclass(frozen=True)
+class MicroBatching:
+    """How a batch's rows are cut into forward/backward chunks: a row count, or a token budget when packed."""
+
+    rows: int = 8
+    """Rows per micro-batch (padded)."""
+    packing: bool = False
+    """Pack each micro-batch into one row (``packed_completion_logits``) and cut by ``tokens`` instead."""
+    tokens: int = 4096
+    """With packing: most real tokens per micro-batch."""
+
+    def split(self, batch: TrainBatch, rows: list[int] | None = None) -> list[list[int]]:
+        """Chunks of ``rows`` (default: all rows of ``batch``), in order."""
+        rows = list(range(batch.num_rows)) if rows is None else list(rows)
+        if self.packing:
+            lengths = batch.attention_mask[rows].sum(dim=1).tolist()
+            chunks = token_budget_chunks(lengths, self.tokens)
+        else:
+            chunks = split_rows(len(rows), self.rows)
+        return [[rows[i] for i in chunk] for chunk in chunks]

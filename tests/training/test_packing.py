@@ -1,0 +1,141 @@
+"""Sequence packing: the packed layout, and the same logits, loss and gradients as padded batches."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from aloft.algorithms.logits import logprobs_from_logits
+from aloft.config import load_config
+from aloft.tracking import read_metrics
+from aloft.trainer import Trainer
+from aloft.training.batch import collate
+from aloft.training.packing import MicroBatching, pack_rows, token_budget_chunks
+from aloft.training.workers import token_logits
+from aloft.types import RolloutStatus, Trajectory
+
+
+def trajectory(prompt: list[int], completion: list[int], group: str = "g") -> Trajectory:
+    n = len(completion)
+    return Trajectory(
+        prompt_ids=prompt,
+        completion_ids=completion,
+        loss_mask=[1] * n,
+        sampler_logprobs=[0.0] * n,
+        rewards=[0.0] * n,
+        status=RolloutStatus.STOP,
+        group_id=group,
+    )
+
+
+def random_batch(vocab: int, rows: int, seed: int):
+    rng = random.Random(seed)
+    trajectories = [
+        trajectory(
+            [rng.randrange(3, vocab) for _ in range(rng.randint(2, 12))],
+            [rng.randrange(3, vocab) for _ in range(rng.randint(1, 24))],
+            group=str(i % 3),
+        )
+        for i in range(rows)
+    ]
+    return collate(trajectories, pad_token_id=0, group_index={"0": 0, "1": 1, "2": 2})
+
+
+def test_pack_rows_lays_real_tokens_end_to_end():
+    batch = collate([trajectory([11, 12, 13], [21, 22]), trajectory([14], [23, 24, 25])], 0, {"g": 0})
+    packed = pack_rows(batch)
+    assert packed.input_ids.tolist() == [[11, 12, 13, 21, 22, 14, 23, 24, 25]]
+    assert packed.position_ids.tolist() == [[0, 1, 2, 3, 4, 0, 1, 2, 3]]
+    # Completion tokens 21, 22 are predicted at 13, 21; 23, 24, 25 at 14, 23, 24.
+    assert packed.logit_positions.tolist() == [2, 3, 5, 6, 7]
+    assert packed.rows.tolist() == [0, 0, 1, 1, 1] and packed.columns.tolist() == [0, 1, 0, 1, 2]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_packed_logits_loss_and_gradients_equal_padded(tiny_model_dir, seed):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).float()
+    batch = random_batch(model.config.vocab_size, rows=7, seed=seed)
+    advantages = torch.randn(batch.loss_mask.shape, generator=torch.Generator().manual_seed(seed))
+    results = {}
+    for packing in (False, True):
+        model.zero_grad()
+        logits, targets, to_rows = token_logits(model, batch, share_prompts=False, packing=packing)
+        logprobs = to_rows(logprobs_from_logits(logits, targets))
+        loss = -(logprobs * advantages * batch.loss_mask).sum() / batch.loss_mask.sum()
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        results[packing] = (logprobs * batch.loss_mask, loss.detach(), grads)
+    (lp_pad, loss_pad, grads_pad), (lp_pack, loss_pack, grads_pack) = results[False], results[True]
+    assert torch.allclose(lp_pack, lp_pad, atol=1e-5)
+    assert torch.allclose(loss_pack, loss_pad, atol=1e-6)
+    for name, grad in grads_pad.items():
+        assert torch.allclose(grads_pack[name], grad, rtol=1e-4, atol=1e-6), name
+
+
+def test_micro_batches_by_token_budget():
+    assert token_budget_chunks([5, 5, 5], 10) == [[0, 1], [2]]
+    assert token_budget_chunks([12, 3, 4, 9], 10) == [[0], [1, 2], [3]]  # a long row goes alone
+    batch = collate(
+        [trajectory([1] * 4, [2] * 4), trajectory([1] * 2, [2] * 2), trajectory([1] * 6, [2] * 6)],
+        0,
+        {"g": 0},
+    )
+    assert MicroBatching(packing=True, tokens=12).split(batch) == [[0, 1], [2]]
+    assert MicroBatching(packing=True, tokens=12).split(batch, [2, 1]) == [[2], [1]]
+    assert MicroBatching(rows=2).split(batch) == [[0, 1], [2]]
+
+
+BASE = [
+    "data.builder=arithmetic",
+    "data.train_size=32",
+    "data.eval_size=4",
+    "generator.max_new_tokens=12",
+    "generator.max_total_tokens=12",
+    "generator.n_samples=4",
+    "trainer.prompts_per_step=4",
+    "trainer.max_steps=2",
+    "trainer.eval_every=0",
+    "trainer.checkpoint_every=0",
+    "trainer.export_final=false",
+    "trainer.deterministic=true",
+    "optim.lr=1e-3",
+]
+
+
+def test_training_with_packing_equals_padded_training(tiny_overrides, tmp_path):
+    """Two GRPO steps with packing on and off: the same rollouts, losses and gradient norms."""
+    runs = {}
+    for packing in (False, True):
+        overrides = [*tiny_overrides, f"trainer.name=packing_{packing}", f"optim.packing={packing}"]
+        trainer = Trainer(load_config(None, [*BASE, *overrides, "optim.micro_batch_tokens=64"]))
+        trainer.fit()
+        rows = read_metrics(trainer.c.run_dir / "metrics.jsonl")
+        runs[packing] = [row for row in rows if "policy/loss" in row]
+        trainer.c.close()
+    assert len(runs[False]) == 2
+    for padded, packed in zip(runs[False], runs[True], strict=True):
+        assert packed["reward/mean"] == padded["reward/mean"]
+        for key in ("policy/loss", "policy/grad_norm", "logprob/sampler_abs_diff"):
+            assert packed[key] == pytest.approx(padded[key], rel=1e-3, abs=1e-6), key
+
+
+def test_short_bf16_sequences_use_matmul_attention_with_the_same_result():
+    """The eager path (CPU bf16, <= EAGER_MAX_LENGTH tokens) agrees with float32 SDPA, GQA included."""
+    from aloft.training.packing import EAGER_MAX_LENGTH, _causal_attention
+
+    gen = torch.Generator().manual_seed(0)
+    for length in (1, 7, EAGER_MAX_LENGTH, EAGER_MAX_LENGTH + 1):
+        query = torch.randn((1, 6, length, 16), generator=gen)
+        key, value = (
+            torch.randn((1, 2, length, 16), generator=gen),
+            torch.randn((1, 2, length, 16), generator=gen),
+        )
+        reference = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, is_causal=True, enable_gqa=True
+        )
+        half = _causal_attention(query.bfloat16(), key.bfloat16(), value.bfloat16(), 0.0, None)
+        assert half.dtype == torch.bfloat16
+        assert torch.allclose(half.float(), reference, atol=3e-2), length

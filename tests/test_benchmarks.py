@@ -108,3 +108,21 @@ def test_packing_runs(tmp_path, capsys):
     for row in (padded, packed):
         assert row["seconds"] > 0 and math.isfinite(row["ratio_vs_padded"])
     assert "packed" in capsys.readouterr().out
+
+
+def test_weight_sync_runs(tmp_path, capsys):
+    bench = load_benchmark("weight_sync")
+    out = tmp_path / "sync.json"
+    bench.main(
+        ["--models", "tiny", "--dtype", "float32", "--bucket-mb", "1", "--repeats", "1", "--json", str(out)]
+    )
+    figures = json.loads(out.read_text())
+    assert figures["benchmark"] == "weight_sync"
+    (result,) = figures["results"]
+    assert result["model"] == "tiny" and result["dtype"] == "float32"
+    local, across = result["rows"]
+    assert local["mode"] == "in-process" and across["mode"].startswith("across processes (1 MiB")
+    assert local["bytes"] == across["bytes"] > 0  # the same float32 weights, all of them
+    for row in (local, across):
+        assert row["ok"] is True and 0 < row["transfer_s"] <= row["total_s"]
+    assert "across processes" in capsys.readouterr().out

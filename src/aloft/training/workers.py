@@ -32,6 +32,7 @@ from aloft.models import load_model
 from aloft.models.compat import cache_kwarg
 from aloft.training.batch import TrainBatch
 from aloft.training.packing import MicroBatching, packed_completion_logits
+from aloft.training.strategies import SingleProcess, Strategy
 
 
 @dataclass(kw_only=True)
@@ -244,8 +245,11 @@ class PolicyWorker(_Trainable):
         temperature: float = 1.0,
         gradient_checkpointing: bool = False,
         lora: dict[str, Any] | None = None,
+        strategy: Strategy | None = None,
     ) -> None:
+        """``strategy``: where the model lives and which micro-batches run here (default: this process)."""
         self.settings = settings
+        self.strategy: Strategy = strategy or SingleProcess()
         self.temperature = temperature if temperature > 0 else 1.0
         self.entropy_in_loss = False
         # The prompt-sharing forward needs a KV cache, which gradient checkpointing turns off.
@@ -262,7 +266,7 @@ class PolicyWorker(_Trainable):
                 model,
                 LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], target_modules=lora["target_modules"]),
             )
-        self.model = model
+        self.model = self.strategy.wrap(model)
         self._init_optim()
 
     def _logprobs_and_entropy(
@@ -312,7 +316,11 @@ class PolicyWorker(_Trainable):
             mini = batch.select(rows)
             normalizer = LossNormalizer.from_mask(mini.loss_mask, max_len=max_len)
             tokens = max(normalizer.num_tokens, 1)
-            for global_rows in self.settings.micro_batching.split(batch, rows):
+            mini_totals: dict[str, float] = defaultdict(float)  # this rank's sums over its micro-batches
+            micro_batches = self.settings.micro_batching.split(batch, rows)
+            sizes = [int(batch.attention_mask[m].sum()) for m in micro_batches]
+            # ``scale`` is 0 only for a data-parallel rank's filler pass (see Strategy.assign).
+            for global_rows, scale in self.strategy.assign(micro_batches, sizes):
                 micro = batch.select(global_rows)
                 t = micro.completion_width
                 mask = micro.loss_mask
@@ -331,24 +339,26 @@ class PolicyWorker(_Trainable):
                     kl = kl_divergence(logprobs, ref_logprobs[global_rows, :t], algo.kl_estimator)
                     kl_loss = aggregate_loss(kl, mask, algo.loss_reduction, normalizer)
                     loss = loss + algo.kl_coef * kl_loss
-                    totals["policy/kl_loss"] += float(kl_loss.detach())
+                    mini_totals["policy/kl_loss"] += float(kl_loss.detach()) * scale
                 assert entropy is not None
                 entropy_mean = aggregate_loss(entropy, mask, "token_mean", normalizer)
                 if algo.entropy_coef:
                     loss = loss - algo.entropy_coef * aggregate_loss(
                         entropy, mask, algo.loss_reduction, normalizer
                     )
-                loss.backward()
-                weight = float(mask.sum()) / tokens  # metrics are token-weighted means over the mini-batch
+                (loss * scale).backward()
+                weight = float(mask.sum()) / tokens * scale  # token-weighted means over the mini-batch
                 if (
                     old_logprobs is None
                 ):  # on-policy: these are the pre-update logprobs, compare to the sampler
                     diff = ((logprobs.detach() - micro.sampler_logprobs).abs() * mask).sum() / tokens
-                    totals["logprob/sampler_abs_diff"] += float(diff)
-                totals["policy/loss"] += float(loss.detach())
-                totals["policy/entropy"] += float(entropy_mean.detach())
+                    mini_totals["logprob/sampler_abs_diff"] += float(diff) * scale
+                mini_totals["policy/loss"] += float(loss.detach()) * scale
+                mini_totals["policy/entropy"] += float(entropy_mean.detach()) * scale
                 for k, v in metrics.items():
-                    totals[f"policy/{k}"] += float(v) * weight
+                    mini_totals[f"policy/{k}"] += float(v) * weight
+            for key, value in self.strategy.reduce_metrics(mini_totals).items():
+                totals[key] += value  # summed over data-parallel ranks
             totals["policy/grad_norm"] += self._step()
             totals["policy/lr"] = self.scheduler.get_last_lr()[0]
         n = len(mini_batches)
@@ -362,7 +372,7 @@ class PolicyWorker(_Trainable):
         if not self.lora:
             # Tied weights (embedding = LM head) appear under two names; the engine needs one.
             seen: set[tuple[int, tuple[int, ...]]] = set()
-            for name, tensor in self.model.state_dict().items():
+            for name, tensor in self.strategy.full_state_dict(self.model).items():
                 key = (tensor.data_ptr(), tuple(tensor.shape))
                 if key in seen:
                     continue

@@ -1,0 +1,144 @@
+"""Training strategies: how a worker's model is placed across processes and how a batch is divided.
+
+A strategy answers four questions for ``PolicyWorker`` (and any worker built the same way):
+
+- ``wrap(model)``: the model to train (FSDP2 shards it; a single process keeps it whole);
+- ``assign(micro_batches, tokens)``: which micro-batches this rank runs, each with a loss scale;
+- ``reduce_metrics(totals)``: per-rank metric sums into the whole batch's;
+- ``full_state_dict(model)``: every weight in full (for weight sync, export and checkpoints).
+
+Every rank of a data-parallel strategy receives the same batch and the same mini-batches (the
+loss normalizer counts the whole mini-batch), runs only its share of the micro-batches, and the
+gradient reduction sums the ranks' gradients, so the update equals the single-process one.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+class Strategy(Protocol):
+    rank: int
+    world_size: int
+
+    def wrap(self, model: nn.Module) -> nn.Module: ...
+
+    def assign(self, micro_batches: list[list[int]], tokens: list[int]) -> list[tuple[list[int], float]]: ...
+
+    def reduce_metrics(self, totals: dict[str, float]) -> dict[str, float]: ...
+
+    def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]: ...
+
+
+class SingleProcess:
+    """The whole model in this process; every micro-batch runs here."""
+
+    rank, world_size = 0, 1
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        return model
+
+    def assign(self, micro_batches: list[list[int]], tokens: list[int]) -> list[tuple[list[int], float]]:
+        return [(rows, 1.0) for rows in micro_batches]
+
+    def reduce_metrics(self, totals: dict[str, float]) -> dict[str, float]:
+        return totals
+
+    def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        return model.state_dict()
+
+
+def balance_micro_batches(tokens: list[int], world_size: int) -> list[list[int]]:
+    """Micro-batch indices per rank, token-balanced (longest first onto the least-loaded rank).
+
+    Every rank gets the same number of micro-batches where possible; FSDP needs equal counts (each
+    forward is a collective), so ``FSDP2.assign`` pads the shorter lists.
+    """
+    loads = [0] * world_size
+    counts = [0] * world_size
+    per_rank: list[list[int]] = [[] for _ in range(world_size)]
+    quota = -(-len(tokens) // world_size)
+    for index in sorted(range(len(tokens)), key=lambda i: -tokens[i]):
+        rank = min((r for r in range(world_size) if counts[r] < quota), key=lambda r: (loads[r], r))
+        per_rank[rank].append(index)
+        loads[rank] += tokens[index]
+        counts[rank] += 1
+    return [sorted(indices) for indices in per_rank]
+
+
+class FSDP2:
+    """Data parallel with FSDP2 (``fully_shard`` per decoder layer, then the root) over a process group.
+
+    Gradients are summed across ranks (divide factor 1): each rank's loss already carries the whole
+    mini-batch's normalizer, so the sum is the single-process gradient. ``mixed_precision``: bf16
+    parameters in forward/backward with float32 gradient reduction and float32 master weights.
+    """
+
+    def __init__(self, group: dist.ProcessGroup | None = None, *, mixed_precision: bool = False) -> None:
+        if not dist.is_initialized():
+            raise RuntimeError(
+                "FSDP2 needs a torch.distributed process group: call aloft.distributed.init_loopback_group "
+                "(one machine) or torch.distributed.init_process_group first"
+            )
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.world_size = dist.get_world_size(group)
+        self.mixed_precision = mixed_precision
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+        device = next(model.parameters()).device.type
+        mesh = init_device_mesh(device, (self.world_size,))
+        policy = (
+            MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            if self.mixed_precision
+            else MixedPrecisionPolicy()
+        )
+        for layer in _decoder_layers(model):
+            fully_shard(layer, mesh=mesh, mp_policy=policy)
+        fully_shard(model, mesh=mesh, mp_policy=policy)
+        # Sum, do not average (see the class docstring), on every sharded module (each reduces its
+        # own gradients); a plain SUM, since gloo has no PREMUL_SUM.
+        for module in model.modules():
+            if isinstance(module, FSDPModule):
+                module.set_gradient_divide_factor(1.0)
+                module.set_force_sum_reduction_for_comms(True)
+        return model
+
+    def assign(self, micro_batches: list[list[int]], tokens: list[int]) -> list[tuple[list[int], float]]:
+        mine = balance_micro_batches(tokens, self.world_size)
+        most = max(len(indices) for indices in mine)
+        assigned = [(micro_batches[i], 1.0) for i in mine[self.rank]]
+        # Ranks with fewer micro-batches repeat one at loss scale 0: every forward is a collective.
+        filler = micro_batches[mine[self.rank][0]] if mine[self.rank] else micro_batches[0]
+        return assigned + [(filler, 0.0)] * (most - len(assigned))
+
+    def reduce_metrics(self, totals: dict[str, float]) -> dict[str, float]:
+        """Sum every rank's ``totals`` (the same keys on every rank, a collective)."""
+        keys = sorted(totals)
+        values = torch.tensor([totals[k] for k in keys], dtype=torch.float64)
+        dist.all_reduce(values, group=self.group)
+        return dict(zip(keys, values.tolist()))
+
+    def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """Every weight in full on every rank (a collective: all ranks call it)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+
+
+def _decoder_layers(model: nn.Module) -> list[nn.Module]:
+    """The repeated transformer blocks of an HF causal LM (``model.model.layers`` for Llama-style models)."""
+    for module in model.modules():
+        layers = getattr(module, "layers", None)
+        if isinstance(layers, nn.ModuleList) and len(layers) > 0:
+            return list(layers)
+    raise ValueError(
+        f"FSDP2: found no decoder layers (an nn.ModuleList named 'layers') in {type(model).__name__}"
+    )

@@ -1,0 +1,107 @@
+"""Training strategies: FSDP2 over 2 gloo ranks gives the single-process loss, gradients and update."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from aloft.config.schema import AlgorithmConfig
+from aloft.distributed import free_loopback_port, init_loopback_group
+from aloft.training.batch import collate
+from aloft.training.strategies import FSDP2, balance_micro_batches
+from aloft.training.workers import OptimSettings, PolicyWorker
+from aloft.types import RolloutStatus, Trajectory
+
+ROWS = 7  # odd: one rank gets fewer real micro-batches and runs a filler pass
+
+
+def test_balance_micro_batches_evens_tokens_and_counts():
+    assert balance_micro_batches([10, 10, 10, 10], 2) == [[0, 2], [1, 3]]
+    per_rank = balance_micro_batches([50, 5, 5, 5, 40], 2)
+    assert sorted(i for r in per_rank for i in r) == [0, 1, 2, 3, 4]
+    assert sorted(len(r) for r in per_rank) == [2, 3]
+    assert sum([50, 5, 5, 5, 40][i] for i in per_rank[0]) <= 60  # the two long ones are apart
+    assert balance_micro_batches([3], 2) == [[0], []]
+
+
+def make_batch(vocab: int):
+    rng = random.Random(0)
+    trajectories = []
+    for i in range(ROWS):
+        n = rng.randint(1, 16)
+        trajectories.append(
+            Trajectory(
+                prompt_ids=[rng.randrange(3, vocab) for _ in range(rng.randint(2, 9))],
+                completion_ids=[rng.randrange(3, vocab) for _ in range(n)],
+                loss_mask=[1] * n,
+                sampler_logprobs=[-2.0] * n,
+                rewards=[0.0] * n,
+                status=RolloutStatus.STOP,
+                group_id=str(i % 2),
+            )
+        )
+    batch = collate(trajectories, 0, {"0": 0, "1": 1})
+    advantages = torch.randn(batch.loss_mask.shape, generator=torch.Generator().manual_seed(1))
+    return batch, advantages
+
+
+def train_once(worker: PolicyWorker) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+    """One update on the fixed batch; returns its metrics and the gradients the optimizer saw (in full)."""
+    grads: dict[str, torch.Tensor] = {}
+    step = worker._step
+
+    def capturing_step() -> float:
+        for name, parameter in worker.model.named_parameters():
+            grad = parameter.grad
+            grads[name] = (grad.full_tensor() if hasattr(grad, "full_tensor") else grad).detach().clone()
+        return step()
+
+    worker._step = capturing_step
+    batch, advantages = make_batch(worker.model.config.vocab_size)
+    metrics = worker.update(
+        batch,
+        advantages,
+        AlgorithmConfig(),
+        old_logprobs=None,
+        ref_logprobs=None,
+        mini_batches=[list(range(ROWS))],
+        max_len=batch.completion_width,
+    )
+    return metrics, grads
+
+
+def settings() -> OptimSettings:
+    return OptimSettings(lr=1e-3, micro_batch_size=2, share_prompts=False)
+
+
+def _fsdp_rank(rank: int, port: int, model_dir: str, out: str) -> None:
+    init_loopback_group(rank, 2, port)
+    try:
+        worker = PolicyWorker(model_dir, settings(), strategy=FSDP2())
+        metrics, grads = train_once(worker)
+        weights = dict(worker.named_weights())  # a collective: full weights on every rank
+        if rank == 0:
+            torch.save({"metrics": metrics, "grads": grads, "weights": weights}, out)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_fsdp2_two_ranks_equal_the_single_process_update(tiny_model_dir, tmp_path):
+    out = tmp_path / "fsdp.pt"
+    mp.spawn(_fsdp_rank, args=(free_loopback_port(), tiny_model_dir, str(out)), nprocs=2)
+    fsdp = torch.load(out)
+    single = PolicyWorker(tiny_model_dir, settings())
+    metrics, grads = train_once(single)
+    assert fsdp["grads"].keys() == grads.keys()
+    for name, grad in grads.items():
+        assert torch.allclose(fsdp["grads"][name], grad, rtol=1e-4, atol=1e-7), name
+    for key in ("policy/loss", "policy/grad_norm", "policy/entropy", "logprob/sampler_abs_diff"):
+        assert fsdp["metrics"][key] == pytest.approx(metrics[key], rel=1e-5, abs=1e-7), key
+    for name, weight in single.named_weights():
+        assert torch.allclose(fsdp["weights"][name], weight, rtol=1e-5, atol=1e-6), name
+    initial = dict(PolicyWorker(tiny_model_dir, settings()).named_weights())
+    assert any(not torch.equal(w, initial[n]) for n, w in single.named_weights())  # the update moved them

@@ -215,6 +215,11 @@ class TrainerConfig(Section):
     """Metric sinks (console progress is always on)."""
     progress_bar: bool = True
     """Show a tqdm progress bar."""
+    strategy: Literal["single", "fsdp2"] = "single"
+    """How the policy trains: "single" (this process) or "fsdp2" (data parallel with FSDP2 over
+    trainer.num_processes ranks on this machine, gloo on CPU; rank 0 also generates)."""
+    num_processes: PositiveInt = 1
+    """Training processes for a data-parallel strategy (each gets cores / num_processes threads)."""
     num_threads: int = 0
     """torch intra-op threads (0 = torch's default)."""
     imports: list[str] = []
@@ -293,6 +298,12 @@ class AloftConfig(Section):
             raise ValueError(f"algorithm.clip_low={algo.clip_low} must be in [0, 1)")
         if algo.dynamic_sampling and gen.n_samples < 2:
             raise ValueError("algorithm.dynamic_sampling=true needs generator.n_samples >= 2")
+        if trainer.strategy == "single" and trainer.num_processes != 1:
+            raise ValueError(
+                f"trainer.num_processes={trainer.num_processes} needs a data-parallel strategy: set trainer.strategy=fsdp2"
+            )
+        if trainer.strategy == "fsdp2" and self.model.lora_rank > 0:
+            raise ValueError("trainer.strategy=fsdp2 does not shard LoRA adapters yet: set model.lora_rank=0")
         if self.data.builder is None and not self.data.train_files:
             raise ValueError("no training data: set data.train_files=[...] or data.builder=NAME")
         return self

@@ -25,6 +25,7 @@ from aloft.models import fast_dtype, load_tokenizer, resolve_model_path
 from aloft.rollout import EpisodeLimits, Generator
 from aloft.tracking import JsonlSink, MetricsLogger, TensorBoardSink, WandbSink
 from aloft.training import CriticWorker, OptimSettings, PolicyWorker, ReferenceWorker
+from aloft.training.strategies import FSDP2
 
 T = TypeVar("T")
 
@@ -81,12 +82,16 @@ class Components:
             sinks.append(WandbSink(self.run_dir, self.cfg.trainer.name, self.cfg.model_dump(mode="json")))
         self.logger = MetricsLogger(sinks)
 
-    def export_policy(self) -> Path:
-        """Write the policy in HF format to <run>/export (atomically)."""
+    def export_policy(self) -> Path | None:
+        """Write the policy in HF format to <run>/export (atomically; rank 0 of a data-parallel run,
+        but every rank calls this: gathering the weights is a collective)."""
+        state = self.policy.full_state_dict() if not self.policy.lora else None
+        if self.policy.strategy.rank != 0:
+            return None
         final = self.run_dir / "export"
         tmp = self.run_dir / f"export.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        self.policy.save_pretrained(str(tmp))
+        self.policy.save_pretrained(str(tmp), state_dict=state)
         self.tokenizer.save_pretrained(str(tmp))
         shutil.rmtree(final, ignore_errors=True)
         os.rename(tmp, final)
@@ -196,6 +201,7 @@ def build_components(cfg: AloftConfig) -> Components:
     gen, optim, algo = cfg.generator, cfg.optim, cfg.algorithm
     autocast = optim.bf16_autocast if optim.bf16_autocast != "auto" else fast_dtype("cpu") == torch.bfloat16
     optimizer_steps = tr.max_steps * algo.ppo_epochs * algo.mini_batches
+    strategy = FSDP2() if tr.strategy == "fsdp2" else None  # needs the process group (trainer.train)
     policy = PolicyWorker(
         model_path,
         OptimSettings(
@@ -219,6 +225,7 @@ def build_components(cfg: AloftConfig) -> Components:
             "alpha": cfg.model.lora_alpha,
             "target_modules": cfg.model.lora_target_modules,
         },
+        strategy=strategy,
     )
     reference = None
     if algo.kl_coef > 0:

@@ -23,10 +23,16 @@ def checkpoints(c: Components) -> CheckpointManager:
     return CheckpointManager(c.run_dir / "checkpoints", keep=c.cfg.trainer.keep_checkpoints)
 
 
-def save_checkpoint(c: Components, step: int) -> Path:
+def save_checkpoint(c: Components, step: int) -> Path | None:
+    """Write a checkpoint (on the main rank; under a data-parallel strategy every rank must call this,
+    as gathering the full weights and optimizer state is a collective). Returns its directory."""
+    policy, policy_optim = c.policy.full_state_dict(), c.policy.optim_state_dict()
+    if c.policy.strategy.rank != 0:
+        return None
+
     def write(d: Path) -> None:
-        save_file(_contiguous(c.policy.model.state_dict()), d / "policy.safetensors")
-        torch.save(c.policy.optim_state_dict(), d / "policy_optim.pt")
+        save_file(_contiguous(policy), d / "policy.safetensors")
+        torch.save(policy_optim, d / "policy_optim.pt")
         if c.critic is not None:
             save_file(_contiguous(c.critic.model.state_dict()), d / "critic.safetensors")
             torch.save(c.critic.optim_state_dict(), d / "critic_optim.pt")
@@ -51,7 +57,7 @@ def load_checkpoint(c: Components) -> int | None:
     latest = checkpoints(c).latest()
     if latest is None:
         return None
-    c.policy.model.load_state_dict(load_file(latest / "policy.safetensors"))
+    c.policy.load_full_state_dict(load_file(latest / "policy.safetensors"))
     c.policy.load_optim_state_dict(torch.load(latest / "policy_optim.pt", weights_only=False))
     if c.critic is not None:
         c.critic.model.load_state_dict(load_file(latest / "critic.safetensors"))

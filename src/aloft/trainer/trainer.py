@@ -17,12 +17,14 @@ pieces: ``rollout``, ``train_on`` and ``sync_weights`` are separate methods for 
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from tqdm import tqdm
 
 from aloft.algorithms import (
@@ -59,18 +61,21 @@ class Trainer:
         # one parallel op on this thread would start a second OpenMP team, and two teams slow each
         # other down (aloft.models.compute_thread).
         self.c: Components = on_compute_thread(build_components, config)
+        # Data-parallel ranks other than 0 only train: rank 0 generates, evaluates, logs and writes.
+        self.is_main = self.c.policy.strategy.rank == 0
         self.step = 0
         resumed = on_compute_thread(load_checkpoint, self.c)
         if resumed is not None:
             self.step = resumed
             self.sync_weights(version=self.step)
-        self.c.open_loggers(resume_step=resumed)
+        if self.is_main:
+            self.c.open_loggers(resume_step=resumed)
 
     # ---------------------------------------------------------------- the loop
     def fit(self) -> dict[str, float]:
         cfg, c = self.cfg.trainer, self.c
         last: dict[str, float] = {}
-        if self.step == 0 and cfg.eval_before_training:
+        if self.step == 0 and cfg.eval_before_training and self.is_main:
             last.update(self.run_eval())
         bar = tqdm(
             total=cfg.max_steps, initial=self.step, disable=not cfg.progress_bar, desc=cfg.name, unit="step"
@@ -79,7 +84,8 @@ class Trainer:
             self.step += 1
             t0 = time.perf_counter()
 
-            rows, groups, sampling_stats = self.rollout(self.step)
+            rows, groups, sampling_stats = self.rollout(self.step) if self.is_main else ([], [], {})
+            groups = self.share_groups(groups)
             t_gen = time.perf_counter()
 
             train_metrics = on_compute_thread(self.train_on, groups, self.step)  # the engine's torch thread
@@ -102,10 +108,12 @@ class Trainer:
                 "policy_version": float(self.step),
             }
             c.logger.log(metrics, self.step)
-            if cfg.save_rollouts:
+            if cfg.save_rollouts and self.is_main:
                 self._save_rollouts(groups)
             last.update(metrics)
-            if cfg.eval_every and self.step % cfg.eval_every == 0 or self.step == cfg.max_steps:
+            if (
+                cfg.eval_every and self.step % cfg.eval_every == 0 or self.step == cfg.max_steps
+            ) and self.is_main:
                 last.update(self.run_eval())
             if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 or self.step == cfg.max_steps:
                 on_compute_thread(save_checkpoint, c, self.step)
@@ -238,9 +246,19 @@ class Trainer:
             out.append([i for i in range(batch.num_rows) if int(batch.group_ids[i]) in chosen])
         return [rows for rows in out if rows]
 
+    def share_groups(self, groups: list[TrajectoryGroup]) -> list[TrajectoryGroup]:
+        """Rank 0's rollouts on every data-parallel rank (each trains on its share of them)."""
+        if self.c.policy.strategy.world_size == 1:
+            return groups
+        box = [groups if self.is_main else None]
+        on_compute_thread(lambda: dist.broadcast_object_list(box, src=0))  # collectives stay on one thread
+        return box[0]
+
     def sync_weights(self, version: int) -> None:
-        weights = on_compute_thread(lambda: list(self.c.policy.named_weights()))  # LoRA merges: math
-        self.c.run(self.c.engine.update_weights(weights, version))
+        # Every rank gathers (a collective under FSDP2; LoRA merges are math), rank 0's engine loads.
+        weights = on_compute_thread(lambda: list(self.c.policy.named_weights()))
+        if self.is_main:
+            self.c.run(self.c.engine.update_weights(weights, version))
 
     def run_eval(self) -> dict[str, float]:
         c, gen = self.c, self.cfg.generator
@@ -280,12 +298,43 @@ def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
 
 
 def train(config: AloftConfig) -> dict[str, float]:
-    """Run (or resume) a training run; returns the last step's and last eval's metrics."""
+    """Run (or resume) a training run; returns the last step's and last eval's metrics.
+
+    With a data-parallel ``trainer.strategy`` and no process group yet, starts
+    ``trainer.num_processes`` ranks on this machine (a gloo group on 127.0.0.1) and returns rank 0's
+    metrics; under ``torchrun`` (a group exists) every process runs its own rank.
+    """
+    if config.trainer.strategy != "single" and not dist.is_initialized():
+        return _train_on_local_ranks(config)
     trainer = Trainer(config)
     try:
         return trainer.fit()
     finally:
         trainer.c.close()
+
+
+def _train_on_local_ranks(config: AloftConfig) -> dict[str, float]:
+    import torch.multiprocessing as mp
+
+    from aloft.distributed import free_loopback_port
+
+    results = mp.get_context("spawn").SimpleQueue()
+    ranks = config.trainer.num_processes
+    mp.spawn(_local_rank, args=(config, ranks, free_loopback_port(), results), nprocs=ranks)
+    return results.get()
+
+
+def _local_rank(rank: int, config: AloftConfig, ranks: int, port: int, results: Any) -> None:
+    from aloft.distributed import init_loopback_group
+
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // ranks))  # the ranks share this machine's cores
+    init_loopback_group(rank, ranks, port)
+    try:
+        metrics = train(config)
+        if rank == 0:
+            results.put(metrics)
+    finally:
+        dist.destroy_process_group()
 
 
 def run_dir_of(config: AloftConfig) -> Path:

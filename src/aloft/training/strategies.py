@@ -33,6 +33,14 @@ class Strategy(Protocol):
 
     def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]: ...
 
+    def load_full_state_dict(self, model: nn.Module, state: dict[str, torch.Tensor]) -> None: ...
+
+    def optim_state_dict(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict: ...
+
+    def load_optim_state_dict(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict
+    ) -> None: ...
+
 
 class SingleProcess:
     """The whole model in this process; every micro-batch runs here."""
@@ -50,6 +58,15 @@ class SingleProcess:
 
     def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
         return model.state_dict()
+
+    def load_full_state_dict(self, model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+        model.load_state_dict(state)
+
+    def optim_state_dict(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+        return optimizer.state_dict()
+
+    def load_optim_state_dict(self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
+        optimizer.load_state_dict(state)
 
 
 def balance_micro_batches(tokens: list[int], world_size: int) -> list[list[int]]:
@@ -131,6 +148,23 @@ class FSDP2:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+
+    def load_full_state_dict(self, model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+        """Load full weights (every rank passes the same ``state``; each keeps its shard)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
+
+    def optim_state_dict(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+        """The optimizer state in full, keyed by parameter name (a collective)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        return get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True))
+
+    def load_optim_state_dict(self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
 
 
 def _decoder_layers(model: nn.Module) -> list[nn.Module]:

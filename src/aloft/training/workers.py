@@ -208,6 +208,7 @@ class _Trainable:
 
     model: nn.Module
     settings: OptimSettings
+    strategy: Strategy = SingleProcess()
 
     def _init_optim(self) -> None:
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -226,11 +227,19 @@ class _Trainable:
         self.optimizer.zero_grad(set_to_none=True)
         return norm
 
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """Every weight in full (a collective under a data-parallel strategy: all ranks call it)."""
+        return self.strategy.full_state_dict(self.model)
+
+    def load_full_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.strategy.load_full_state_dict(self.model, state)
+
     def optim_state_dict(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        optimizer = self.strategy.optim_state_dict(self.model, self.optimizer)
+        return {"optimizer": optimizer, "scheduler": self.scheduler.state_dict()}
 
     def load_optim_state_dict(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.strategy.load_optim_state_dict(self.model, self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
 
 
@@ -372,7 +381,7 @@ class PolicyWorker(_Trainable):
         if not self.lora:
             # Tied weights (embedding = LM head) appear under two names; the engine needs one.
             seen: set[tuple[int, tuple[int, ...]]] = set()
-            for name, tensor in self.strategy.full_state_dict(self.model).items():
+            for name, tensor in self.full_state_dict().items():
                 key = (tensor.data_ptr(), tuple(tensor.shape))
                 if key in seen:
                     continue
@@ -388,14 +397,15 @@ class PolicyWorker(_Trainable):
         finally:
             self.model.unmerge_adapter()
 
-    def save_pretrained(self, path: str) -> None:
-        """HF-format export (LoRA merged into a plain model)."""
+    def save_pretrained(self, path: str, state_dict: dict[str, torch.Tensor] | None = None) -> None:
+        """HF-format export (LoRA merged into a plain model); ``state_dict``: the full weights to
+        write (from ``full_state_dict()``, needed when the model is sharded)."""
         model = self.model
         if self.lora:
             model = self.model.merge_and_unload(safe_merge=True)  # type: ignore[operator]
             self.model = model
             self.lora = False
-        model.save_pretrained(path, safe_serialization=True)
+        model.save_pretrained(path, safe_serialization=True, state_dict=state_dict)
 
 
 class ReferenceWorker:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -98,6 +99,8 @@ def _train(argv: list[str]) -> int:
     except ConfigError as exc:
         print(f"aloft: config error: {exc}", file=sys.stderr)
         return 2
+    if os.environ.get("RANK", "0") != "0":
+        return 0  # one summary per run: the other ranks of a torchrun launch stay quiet
     keys = [
         k for k in final if k.startswith("eval/reward") or k.startswith("eval/pass") or k == "reward/mean"
     ]

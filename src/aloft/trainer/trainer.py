@@ -305,7 +305,14 @@ def train(config: AloftConfig) -> dict[str, float]:
     metrics; under ``torchrun`` (a group exists) every process runs its own rank.
     """
     if config.trainer.strategy != "single" and not dist.is_initialized():
-        return _train_on_local_ranks(config)
+        if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+            return _train_on_local_ranks(config)
+        # Started by torchrun (or another launcher that sets RANK / WORLD_SIZE / MASTER_ADDR).
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        try:
+            return train(config)
+        finally:
+            dist.destroy_process_group()
     trainer = Trainer(config)
     try:
         return trainer.fit()

@@ -215,9 +215,10 @@ class TrainerConfig(Section):
     """Metric sinks (console progress is always on)."""
     progress_bar: bool = True
     """Show a tqdm progress bar."""
-    strategy: Literal["single", "fsdp2"] = "single"
-    """How the policy trains: "single" (this process) or "fsdp2" (data parallel with FSDP2 over
-    trainer.num_processes ranks on this machine, gloo on CPU; rank 0 also generates)."""
+    strategy: Literal["single", "fsdp2", "ulysses"] = "single"
+    """How the policy trains: "single" (this process), "fsdp2" (data parallel with FSDP2 over
+    trainer.num_processes ranks, gloo on CPU) or "ulysses" (sequence parallel: every micro-batch's
+    packed sequence split over trainer.num_processes ranks; needs optim.packing). Rank 0 generates."""
     num_processes: PositiveInt = 1
     """Training processes for a data-parallel strategy (each gets cores / num_processes threads)."""
     num_threads: int = 0
@@ -302,8 +303,12 @@ class AloftConfig(Section):
             raise ValueError(
                 f"trainer.num_processes={trainer.num_processes} needs a data-parallel strategy: set trainer.strategy=fsdp2"
             )
-        if trainer.strategy == "fsdp2" and self.model.lora_rank > 0:
-            raise ValueError("trainer.strategy=fsdp2 does not shard LoRA adapters yet: set model.lora_rank=0")
+        if trainer.strategy != "single" and self.model.lora_rank > 0:
+            raise ValueError(
+                f"trainer.strategy={trainer.strategy} does not support LoRA yet: set model.lora_rank=0"
+            )
+        if trainer.strategy == "ulysses" and not self.optim.packing:
+            raise ValueError("trainer.strategy=ulysses splits packed sequences: set optim.packing=true")
         if self.data.builder is None and not self.data.train_files:
             raise ValueError("no training data: set data.train_files=[...] or data.builder=NAME")
         return self

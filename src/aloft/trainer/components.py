@@ -26,6 +26,7 @@ from aloft.rollout import EpisodeLimits, Generator
 from aloft.tracking import JsonlSink, MetricsLogger, TensorBoardSink, WandbSink
 from aloft.training import CriticWorker, OptimSettings, PolicyWorker, ReferenceWorker
 from aloft.training.strategies import FSDP2
+from aloft.training.ulysses import Ulysses
 
 T = TypeVar("T")
 
@@ -201,7 +202,8 @@ def build_components(cfg: AloftConfig) -> Components:
     gen, optim, algo = cfg.generator, cfg.optim, cfg.algorithm
     autocast = optim.bf16_autocast if optim.bf16_autocast != "auto" else fast_dtype("cpu") == torch.bfloat16
     optimizer_steps = tr.max_steps * algo.ppo_epochs * algo.mini_batches
-    strategy = FSDP2() if tr.strategy == "fsdp2" else None  # needs the process group (trainer.train)
+    # Both need the process group that trainer.train starts.
+    strategy = {"fsdp2": FSDP2, "ulysses": Ulysses}[tr.strategy]() if tr.strategy != "single" else None
     policy = PolicyWorker(
         model_path,
         OptimSettings(

@@ -31,6 +31,8 @@ class Strategy(Protocol):
 
     def reduce_metrics(self, totals: dict[str, float]) -> dict[str, float]: ...
 
+    def before_step(self, model: nn.Module) -> None: ...
+
     def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]: ...
 
     def load_full_state_dict(self, model: nn.Module, state: dict[str, torch.Tensor]) -> None: ...
@@ -55,6 +57,9 @@ class SingleProcess:
 
     def reduce_metrics(self, totals: dict[str, float]) -> dict[str, float]:
         return totals
+
+    def before_step(self, model: nn.Module) -> None:
+        pass
 
     def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
         return model.state_dict()
@@ -142,6 +147,9 @@ class FSDP2:
         values = torch.tensor([totals[k] for k in keys], dtype=torch.float64)
         dist.all_reduce(values, group=self.group)
         return dict(zip(keys, values.tolist()))
+
+    def before_step(self, model: nn.Module) -> None:
+        pass  # FSDP reduced the gradients during the backward
 
     def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
         """Every weight in full on every rank (a collective: all ranks call it)."""

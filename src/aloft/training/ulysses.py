@@ -113,7 +113,18 @@ def _ulysses_on(model: nn.Module, group: dist.ProcessGroup | None) -> Iterator[N
 def ulysses_token_logprobs(
     model: nn.Module, batch: TrainBatch, group: dist.ProcessGroup | None = None, temperature: float = 1.0
 ) -> LocalTokens:
-    """Forward ``batch`` packed and split over the group's ranks; return this rank's completion logprobs.
+    """This rank's completion-token logprobs from a packed forward split over the group's ranks."""
+    logits, targets, rows, columns = _local_logits(model, batch, group)
+    logprobs = torch.log_softmax(logits.float() / temperature, dim=-1).gather(1, targets[:, None])[:, 0]
+    # Keep the graph tied to the exchanges even with no token here: every rank must run the backward's
+    # all-to-alls.
+    return LocalTokens(logprobs=logprobs + 0.0 * logits.sum(), rows=rows, columns=columns)
+
+
+def _local_logits(
+    model: nn.Module, batch: TrainBatch, group: dist.ProcessGroup | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(logits [k, V], targets [k], rows [k], columns [k])`` of the completion tokens in this rank's span.
 
     The packed row is padded to a multiple of the group size with a filler sequence; each rank runs
     its ``N / P`` tokens with their global positions, and keeps the logits of the completion tokens
@@ -141,12 +152,7 @@ def ulysses_token_logprobs(
             use_cache=False,
         ).logits[0]  # [k, V]
     rows, columns = packed.rows[mine], packed.columns[mine]
-    targets = batch.completion_ids[rows, columns].to(device)
-    logprobs = torch.log_softmax(logits.float() / temperature, dim=-1).gather(1, targets[:, None])[:, 0]
-    # Keep the graph tied to the exchanges even with no token here: every rank must run the backward's
-    # all-to-alls.
-    logprobs = logprobs + 0.0 * logits.sum()
-    return LocalTokens(logprobs=logprobs, rows=rows, columns=columns)
+    return logits, batch.completion_ids[rows, columns].to(device), rows, columns
 
 
 def sum_gradients(model: nn.Module, group: dist.ProcessGroup | None = None) -> None:
@@ -154,3 +160,93 @@ def sum_gradients(model: nn.Module, group: dist.ProcessGroup | None = None) -> N
     for parameter in model.parameters():
         if parameter.grad is not None:
             dist.all_reduce(parameter.grad, group=group)
+
+
+def gather_token_values(
+    values: torch.Tensor,
+    rows: torch.Tensor,
+    columns: torch.Tensor,
+    shape: tuple[int, int],
+    group: dist.ProcessGroup | None,
+) -> torch.Tensor:
+    """Every rank's per-token ``values [k]`` assembled into ``[B, T]`` on every rank (autograd-aware:
+    the backward sums each rank's gradient into the rank that computed the value)."""
+    size = dist.get_world_size(group)
+    counts = [torch.zeros(1, dtype=torch.long) for _ in range(size)]
+    dist.all_gather(counts, torch.tensor([values.numel()]), group=group)
+    most = max(int(c) for c in counts)
+    pad = most - values.numel()
+    padded = torch.cat([values, values.new_zeros(pad)])
+    places = torch.stack(
+        [torch.cat([rows, rows.new_zeros(pad)]), torch.cat([columns, columns.new_zeros(pad)])]
+    )
+    all_values = dist_fn.all_gather(padded, group=group)
+    all_places = [torch.empty_like(places) for _ in range(size)]
+    dist.all_gather(all_places, places, group=group)
+    out = values.new_zeros(shape)
+    for count, piece, (piece_rows, piece_columns) in zip(counts, all_values, all_places):
+        n = int(count)
+        out = out.index_put((piece_rows[:n], piece_columns[:n]), piece[:n])
+    return out
+
+
+class Ulysses:
+    """A training strategy (``aloft.training.strategies``): every rank of the group holds the whole
+    model and runs every micro-batch, each on its share of the packed sequence.
+
+    Each rank computes the full loss from the gathered logprobs, scaled by 1 / P: the gather's
+    backward sums the P ranks' gradients, and ``before_step`` sums the parameters' gradients over
+    the group, so the update equals the single-process one. Needs ``optim.packing``.
+    """
+
+    sequence_parallel = True
+
+    def __init__(self, group: dist.ProcessGroup | None = None) -> None:
+        if not dist.is_initialized():
+            raise RuntimeError("Ulysses needs a torch.distributed process group (see aloft.distributed)")
+        self.group = group
+        self.rank, self.world_size = dist.get_rank(group), dist.get_world_size(group)
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        return model
+
+    def assign(self, micro_batches: list[list[int]], tokens: list[int]) -> list[tuple[list[int], float]]:
+        return [(rows, 1.0 / self.world_size) for rows in micro_batches]
+
+    def reduce_metrics(self, totals: dict[str, float]) -> dict[str, float]:
+        keys = sorted(totals)
+        values = torch.tensor([totals[k] for k in keys], dtype=torch.float64)
+        dist.all_reduce(values, group=self.group)
+        return dict(zip(keys, values.tolist()))
+
+    def before_step(self, model: nn.Module) -> None:
+        sum_gradients(model, self.group)
+
+    def logprobs_and_entropy(
+        self, model: nn.Module, batch: TrainBatch, temperature: float, entropy_grad: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[B, T]`` logprobs and entropy of ``batch``'s completion tokens, the same on every rank."""
+        from aloft.algorithms.logits import logprobs_and_entropy_from_logits
+
+        logits, targets, rows, columns = _local_logits(model, batch, self.group)
+        logprobs, entropy = logprobs_and_entropy_from_logits(
+            logits[None], targets[None], temperature=temperature, entropy_grad=entropy_grad
+        )
+        logprobs = logprobs[0] + 0.0 * logits.sum()  # every rank runs the backward's all-to-alls
+        shape = (batch.num_rows, batch.completion_width)
+        return (
+            gather_token_values(logprobs, rows, columns, shape, self.group),
+            gather_token_values(entropy[0], rows, columns, shape, self.group),
+        )
+
+    def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        return model.state_dict()
+
+    def load_full_state_dict(self, model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+        model.load_state_dict(state)
+
+    def optim_state_dict(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+        return optimizer.state_dict()
+
+    def load_optim_state_dict(self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
+        optimizer.load_state_dict(state)

@@ -215,6 +215,7 @@ class _Trainable:
         self.optimizer, self.scheduler = make_optimizer(params, self.settings)
 
     def _step(self) -> float:
+        self.strategy.before_step(self.model)
         params = [p for p in self.model.parameters() if p.requires_grad]
         if self.settings.max_grad_norm > 0:
             norm = float(torch.nn.utils.clip_grad_norm_(params, self.settings.max_grad_norm))
@@ -281,6 +282,12 @@ class PolicyWorker(_Trainable):
     def _logprobs_and_entropy(
         self, batch: TrainBatch, with_entropy: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if getattr(self.strategy, "sequence_parallel", False):
+            with _autocast(self.settings.bf16_autocast):
+                logprobs, entropy = self.strategy.logprobs_and_entropy(
+                    self.model, batch, self.temperature, self.entropy_in_loss and with_entropy
+                )
+            return logprobs, entropy if with_entropy else None
         with _autocast(self.settings.bf16_autocast):
             logits, targets, to_rows = token_logits(
                 self.model, batch, self.share_prompts, self.settings.packing

@@ -1,4 +1,4 @@
-"""`aloft train` with trainer.strategy=fsdp2: 2 ranks on gloo, the same run as one process, and exact resume."""
+"""`aloft train` on 2 gloo ranks (fsdp2, ulysses): the same run as one process, and exact resume."""
 
 from __future__ import annotations
 
@@ -60,3 +60,14 @@ def test_fsdp2_resumes_exactly(tiny_overrides):
     assert [row["step"] for row in got] == [1, 2]
     for key in COMPARED:
         assert got[1][key] == pytest.approx(expected[1][key], rel=1e-4, abs=1e-6), key
+
+
+def test_ulysses_two_ranks_train_like_one_process(tiny_overrides):
+    packed = ["trainer.max_steps=2", "optim.packing=true", "optim.micro_batch_tokens=48"]
+    single, _ = run(tiny_overrides, "packed", *packed)
+    split, _ = run(tiny_overrides, "ulysses", *packed, "trainer.strategy=ulysses", "trainer.num_processes=2")
+    expected, got = steps(single), steps(split)
+    assert [row["step"] for row in got] == [1, 2]
+    for one, two in zip(expected, got, strict=True):
+        for key in (*COMPARED, "policy/entropy"):
+            assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6), (one["step"], key)

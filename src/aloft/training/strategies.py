@@ -24,6 +24,9 @@ from torch import nn
 class Strategy(Protocol):
     rank: int
     world_size: int
+    sequence_parallel: bool
+    """True: the strategy computes a micro-batch's logprobs itself (``logprobs_and_entropy``), as
+    ``aloft.training.ulysses.Ulysses`` does; the worker's own forward is not used."""
 
     def wrap(self, model: nn.Module) -> nn.Module: ...
 
@@ -48,6 +51,7 @@ class SingleProcess:
     """The whole model in this process; every micro-batch runs here."""
 
     rank, world_size = 0, 1
+    sequence_parallel = False
 
     def wrap(self, model: nn.Module) -> nn.Module:
         return model
@@ -110,6 +114,7 @@ class FSDP2:
         self.rank = dist.get_rank(group)
         self.world_size = dist.get_world_size(group)
         self.mixed_precision = mixed_precision
+        self.sequence_parallel = False
 
     def wrap(self, model: nn.Module) -> nn.Module:
         from torch.distributed.device_mesh import init_device_mesh
@@ -142,11 +147,7 @@ class FSDP2:
         return assigned + [(filler, 0.0)] * (most - len(assigned))
 
     def reduce_metrics(self, totals: dict[str, float]) -> dict[str, float]:
-        """Sum every rank's ``totals`` (the same keys on every rank, a collective)."""
-        keys = sorted(totals)
-        values = torch.tensor([totals[k] for k in keys], dtype=torch.float64)
-        dist.all_reduce(values, group=self.group)
-        return dict(zip(keys, values.tolist()))
+        return sum_over_group(totals, self.group)
 
     def before_step(self, model: nn.Module) -> None:
         pass  # FSDP reduced the gradients during the backward
@@ -173,6 +174,14 @@ class FSDP2:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
         set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
+
+
+def sum_over_group(totals: dict[str, float], group: dist.ProcessGroup | None) -> dict[str, float]:
+    """Every rank's ``totals`` summed (the same keys on every rank; a collective)."""
+    keys = sorted(totals)
+    values = torch.tensor([totals[k] for k in keys], dtype=torch.float64)
+    dist.all_reduce(values, group=group)
+    return dict(zip(keys, values.tolist()))
 
 
 def _decoder_layers(model: nn.Module) -> list[nn.Module]:

@@ -28,6 +28,7 @@ from transformers.masking_utils import AttentionMaskInterface
 
 from aloft.training.batch import TrainBatch
 from aloft.training.packing import pack_rows, packed_attention
+from aloft.training.strategies import SingleProcess, sum_over_group
 
 ULYSSES_ATTENTION = "aloft_ulysses"
 _active_group: list[dist.ProcessGroup | None] = []
@@ -190,9 +191,10 @@ def gather_token_values(
     return out
 
 
-class Ulysses:
+class Ulysses(SingleProcess):
     """A training strategy (``aloft.training.strategies``): every rank of the group holds the whole
-    model and runs every micro-batch, each on its share of the packed sequence.
+    model (weights and optimizer state as in ``SingleProcess``) and runs every micro-batch, each on
+    its share of the packed sequence.
 
     Each rank computes the full loss from the gathered logprobs, scaled by 1 / P: the gather's
     backward sums the P ranks' gradients, and ``before_step`` sums the parameters' gradients over
@@ -207,17 +209,11 @@ class Ulysses:
         self.group = group
         self.rank, self.world_size = dist.get_rank(group), dist.get_world_size(group)
 
-    def wrap(self, model: nn.Module) -> nn.Module:
-        return model
-
     def assign(self, micro_batches: list[list[int]], tokens: list[int]) -> list[tuple[list[int], float]]:
         return [(rows, 1.0 / self.world_size) for rows in micro_batches]
 
     def reduce_metrics(self, totals: dict[str, float]) -> dict[str, float]:
-        keys = sorted(totals)
-        values = torch.tensor([totals[k] for k in keys], dtype=torch.float64)
-        dist.all_reduce(values, group=self.group)
-        return dict(zip(keys, values.tolist()))
+        return sum_over_group(totals, self.group)
 
     def before_step(self, model: nn.Module) -> None:
         sum_gradients(model, self.group)
@@ -238,15 +234,3 @@ class Ulysses:
             gather_token_values(logprobs, rows, columns, shape, self.group),
             gather_token_values(entropy[0], rows, columns, shape, self.group),
         )
-
-    def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
-        return model.state_dict()
-
-    def load_full_state_dict(self, model: nn.Module, state: dict[str, torch.Tensor]) -> None:
-        model.load_state_dict(state)
-
-    def optim_state_dict(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
-        return optimizer.state_dict()
-
-    def load_optim_state_dict(self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
-        optimizer.load_state_dict(state)

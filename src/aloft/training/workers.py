@@ -282,7 +282,7 @@ class PolicyWorker(_Trainable):
     def _logprobs_and_entropy(
         self, batch: TrainBatch, with_entropy: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if getattr(self.strategy, "sequence_parallel", False):
+        if self.strategy.sequence_parallel:
             with _autocast(self.settings.bf16_autocast):
                 logprobs, entropy = self.strategy.logprobs_and_entropy(
                     self.model, batch, self.temperature, self.entropy_in_loss and with_entropy

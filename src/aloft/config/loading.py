@@ -8,6 +8,7 @@ and validates. Every problem surfaces as one ``ConfigError`` line naming the key
 from __future__ import annotations
 
 import difflib
+import os
 import typing
 from importlib import resources
 from pathlib import Path
@@ -133,7 +134,11 @@ def validate_config(raw: dict[str, Any]) -> AloftConfig:
 
 
 def save_config(config: AloftConfig, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    """Write ``config`` as YAML atomically (ranks of a data-parallel run may read it meanwhile)."""
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    os.replace(temporary, path)
 
 
 def _one_line(exc: ValidationError) -> str:

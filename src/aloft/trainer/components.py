@@ -43,8 +43,9 @@ class Components:
     policy: PolicyWorker
     reference: ReferenceWorker | None
     critic: CriticWorker | None
-    engine: InferenceEngine
-    generator: Generator
+    engine: InferenceEngine | None
+    """None on data-parallel ranks other than 0 (only rank 0 generates)."""
+    generator: Generator | None
     loop: asyncio.AbstractEventLoop
     logger: MetricsLogger = field(default_factory=lambda: MetricsLogger([]))
 
@@ -65,7 +66,8 @@ class Components:
         if self.loop.is_closed():
             return
         self.settle()
-        self.engine.close()
+        if self.engine is not None:
+            self.engine.close()
         self.loop.close()
 
     def open_loggers(self, resume_step: int | None) -> None:
@@ -192,6 +194,9 @@ def build_components(cfg: AloftConfig) -> Components:
     _check_same_config(cfg, run_dir)
     save_config(cfg, run_dir / "config.yaml")
     seed_everything(tr.seed, tr.deterministic, tr.num_threads)
+    # Both need the process group that trainer.train starts; rank 0 alone generates.
+    strategy = {"fsdp2": FSDP2, "ulysses": Ulysses}[tr.strategy]() if tr.strategy != "single" else None
+    main_rank = strategy is None or strategy.rank == 0
 
     train_rows, eval_rows = _load_or_build_rows(cfg, run_dir)
     loader = PromptLoader(train_rows, batch_size=tr.prompts_per_step, shuffle=cfg.data.shuffle, seed=tr.seed)
@@ -202,8 +207,6 @@ def build_components(cfg: AloftConfig) -> Components:
     gen, optim, algo = cfg.generator, cfg.optim, cfg.algorithm
     autocast = optim.bf16_autocast if optim.bf16_autocast != "auto" else fast_dtype("cpu") == torch.bfloat16
     optimizer_steps = tr.max_steps * algo.ppo_epochs * algo.mini_batches
-    # Both need the process group that trainer.train starts.
-    strategy = {"fsdp2": FSDP2, "ulysses": Ulysses}[tr.strategy]() if tr.strategy != "single" else None
     policy = PolicyWorker(
         model_path,
         OptimSettings(
@@ -254,22 +257,24 @@ def build_components(cfg: AloftConfig) -> Components:
         if cfg.engine.urls
         else {}
     )
-    engine = make_engine(
-        cfg.engine.backend,
-        model_or_path=model_path,
-        tokenizer=tokenizer,
-        dtype=cfg.engine.dtype,
-        max_batch_size=cfg.engine.max_batch_size,
-        **remote,
-    )
-    generator = Generator(
-        engine,
-        tokenizer,
-        limits=EpisodeLimits(max_turns=gen.max_turns, max_total_tokens=gen.max_total_tokens),
-        default_env_config=cfg.env.config,
-        default_env=cfg.env.name,
-        lockstep=tr.deterministic,  # the same engine batches on every run, whatever the env threads do
-    )
+    engine = generator = None
+    if main_rank:
+        engine = make_engine(
+            cfg.engine.backend,
+            model_or_path=model_path,
+            tokenizer=tokenizer,
+            dtype=cfg.engine.dtype,
+            max_batch_size=cfg.engine.max_batch_size,
+            **remote,
+        )
+        generator = Generator(
+            engine,
+            tokenizer,
+            limits=EpisodeLimits(max_turns=gen.max_turns, max_total_tokens=gen.max_total_tokens),
+            default_env_config=cfg.env.config,
+            default_env=cfg.env.name,
+            lockstep=tr.deterministic,  # the same engine batches on every run, whatever the env threads do
+        )
     return Components(
         cfg=cfg,
         run_dir=run_dir,

@@ -14,7 +14,7 @@ gradient reduction sums the ranks' gradients, so the update equals the single-pr
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -35,6 +35,12 @@ class Strategy(Protocol):
     def reduce_metrics(self, totals: dict[str, float]) -> dict[str, float]: ...
 
     def before_step(self, model: nn.Module) -> None: ...
+
+    def build_optimizer(self, model: nn.Module, settings: Any) -> tuple[Any, Any] | None: ...
+
+    def backward(self, loss: torch.Tensor, last: bool) -> None: ...
+
+    def step(self) -> float | None: ...
 
     def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]: ...
 
@@ -64,6 +70,18 @@ class SingleProcess:
 
     def before_step(self, model: nn.Module) -> None:
         pass
+
+    def build_optimizer(self, model: nn.Module, settings: Any) -> tuple[Any, Any] | None:
+        """``(optimizer, scheduler)`` when the strategy owns them; None: the worker's AdamW."""
+        return None
+
+    def backward(self, loss: torch.Tensor, last: bool) -> None:
+        """Backward of one micro-batch's loss (``last``: the last before the optimizer step)."""
+        loss.backward()
+
+    def step(self) -> float | None:
+        """The optimizer step when the strategy owns it (returns the grad norm); None: the worker's."""
+        return None
 
     def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
         return model.state_dict()
@@ -96,7 +114,7 @@ def balance_micro_batches(tokens: list[int], world_size: int) -> list[list[int]]
     return [sorted(indices) for indices in per_rank]
 
 
-class FSDP2:
+class FSDP2(SingleProcess):
     """Data parallel with FSDP2 (``fully_shard`` per decoder layer, then the root) over a process group.
 
     Gradients are summed across ranks (divide factor 1): each rank's loss already carries the whole
@@ -193,3 +211,83 @@ def _decoder_layers(model: nn.Module) -> list[nn.Module]:
     raise ValueError(
         f"FSDP2: found no decoder layers (an nn.ModuleList named 'layers') in {type(model).__name__}"
     )
+
+
+class DeepSpeedZeRO(SingleProcess):
+    """Data parallel with DeepSpeed ZeRO (stage 1, 2 or 3) over the process group.
+
+    DeepSpeed owns the optimizer (its AdamW with ``torch_adam``), gradient clipping and the step;
+    the learning-rate schedule is the worker's. ZeRO averages gradients over the ranks, so each
+    rank's loss is scaled by the world size to make the update the single-process sum (as FSDP2's
+    summed reduction does).
+    """
+
+    def __init__(self, stage: int = 3) -> None:
+        if not dist.is_initialized():
+            raise RuntimeError(
+                "DeepSpeedZeRO needs a torch.distributed process group (see aloft.distributed)"
+            )
+        if stage not in (1, 2, 3):
+            raise ValueError(f"DeepSpeed ZeRO stage must be 1, 2 or 3, got {stage}")
+        self.stage = stage
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        self.sequence_parallel = False
+        self.engine: Any = None
+
+    def assign(self, micro_batches: list[list[int]], tokens: list[int]) -> list[tuple[list[int], float]]:
+        assigned = FSDP2.assign(self, micro_batches, tokens)  # type: ignore[arg-type]
+        # DeepSpeed counts micro-steps: this many backward + step pairs make one optimizer step.
+        self.engine.set_train_batch_size(len(assigned) * self.world_size)
+        return assigned
+
+    def reduce_metrics(self, totals: dict[str, float]) -> dict[str, float]:
+        return sum_over_group(totals, None)
+
+    def build_optimizer(self, model: nn.Module, settings: Any) -> tuple[Any, Any]:
+        import deepspeed
+
+        from aloft.training.workers import lr_factor
+
+        config = {
+            "train_micro_batch_size_per_gpu": 1,
+            "gradient_accumulation_steps": 1,
+            "gradient_clipping": settings.max_grad_norm,
+            "zero_optimization": {"stage": self.stage},
+            "optimizer": {
+                "type": "AdamW",
+                "params": {
+                    "lr": settings.lr,
+                    "betas": list(settings.betas),
+                    "weight_decay": settings.weight_decay,
+                    "torch_adam": True,
+                },
+            },
+        }
+        schedule = lr_factor(settings)
+        self.engine, optimizer, _, scheduler = deepspeed.initialize(
+            model=model,
+            model_parameters=[p for p in model.parameters() if p.requires_grad],
+            config=config,
+            lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, schedule),
+        )
+        return optimizer, scheduler
+
+    def backward(self, loss: torch.Tensor, last: bool) -> None:
+        self.engine.backward(loss * self.world_size, scale_wrt_gas=False)
+        # The worker calls the model, not engine.forward, which is where DeepSpeed closes a
+        # micro-step (ZeRO-3 counts it there and would overwrite, not add, the next gradients).
+        clear = getattr(self.engine.optimizer, "clear_backward_seen_flag", None)
+        if clear is not None:
+            clear()
+        if not last:
+            self.engine.step()  # a micro-step: DeepSpeed accumulates and waits for the last
+
+    def step(self) -> float:
+        self.engine.step()
+        return float(self.engine.get_global_grad_norm())
+
+    def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(list(model.parameters()), enabled=self.stage == 3):
+            return {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}

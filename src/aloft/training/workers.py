@@ -68,6 +68,12 @@ def make_optimizer(params: list[nn.Parameter], s: OptimSettings) -> tuple[torch.
     except RuntimeError:  # fused AdamW needs float params on a supported device (cpu, cuda, ...)
         opt = torch.optim.AdamW(params, **kwargs, foreach=False)
 
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(s))
+
+
+def lr_factor(s: OptimSettings) -> Callable[[int], float]:
+    """The learning-rate multiplier at each optimizer step: linear warmup, then the schedule."""
+
     def factor(step: int) -> float:
         if step < s.warmup_steps:
             return (step + 1) / (s.warmup_steps + 1)
@@ -78,7 +84,7 @@ def make_optimizer(params: list[nn.Parameter], s: OptimSettings) -> tuple[torch.
             return 1.0 - progress
         return 0.5 * (1.0 + math.cos(math.pi * progress))
 
-    return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
+    return factor
 
 
 def token_logits(
@@ -212,9 +218,13 @@ class _Trainable:
 
     def _init_optim(self) -> None:
         params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer, self.scheduler = make_optimizer(params, self.settings)
+        built = self.strategy.build_optimizer(self.model, self.settings)
+        self.optimizer, self.scheduler = built or make_optimizer(params, self.settings)
 
     def _step(self) -> float:
+        norm = self.strategy.step()
+        if norm is not None:
+            return norm
         self.strategy.before_step(self.model)
         params = [p for p in self.model.parameters() if p.requires_grad]
         if self.settings.max_grad_norm > 0:
@@ -336,7 +346,8 @@ class PolicyWorker(_Trainable):
             micro_batches = self.settings.micro_batching.split(batch, rows)
             sizes = [int(batch.attention_mask[m].sum()) for m in micro_batches]
             # ``scale`` is 0 only for a data-parallel rank's filler pass (see Strategy.assign).
-            for global_rows, scale in self.strategy.assign(micro_batches, sizes):
+            assigned = self.strategy.assign(micro_batches, sizes)
+            for index, (global_rows, scale) in enumerate(assigned):
                 micro = batch.select(global_rows)
                 t = micro.completion_width
                 mask = micro.loss_mask
@@ -362,7 +373,7 @@ class PolicyWorker(_Trainable):
                     loss = loss - algo.entropy_coef * aggregate_loss(
                         entropy, mask, algo.loss_reduction, normalizer
                     )
-                (loss * scale).backward()
+                self.strategy.backward(loss * scale, last=index == len(assigned) - 1)
                 weight = float(mask.sum()) / tokens * scale  # token-weighted means over the mini-batch
                 if (
                     old_logprobs is None

@@ -89,6 +89,9 @@ class WeightSender:
         are built (``cuda`` for NCCL)."""
         self.dtype, self.group, self.src, self.bucket_bytes = dtype, group, src, bucket_bytes
         self.device = torch.device(device)
+        # Two staging buffers, reused across syncs: a bucket is built in one while the other is on
+        # the wire, and fresh 256 MiB allocations (page faults) cost as much as sending them.
+        self._staging: list[torch.Tensor] = []
 
     def send(self, weights: Iterable[tuple[str, torch.Tensor]]) -> SyncStats:
         started = time.perf_counter()
@@ -98,8 +101,8 @@ class WeightSender:
         dist.broadcast_object_list([(entries, str(self.dtype), buckets)], src=self.src, group=self.group)
         sent = 0
         in_flight: list[tuple[dist.Work, torch.Tensor]] = []
-        for bucket in buckets:
-            flat = self._flatten([weights[i][1] for i in bucket])
+        for number, bucket in enumerate(buckets):
+            flat = self._flatten([weights[i][1] for i in bucket], staging=number % 2)
             # Asynchronous: the next bucket is cast while this one is on the wire (at most two alive).
             in_flight.append((dist.broadcast(flat, src=self.src, group=self.group, async_op=True), flat))
             if len(in_flight) > 1:
@@ -109,9 +112,15 @@ class WeightSender:
             work.wait()
         return SyncStats(time.perf_counter() - started, sent, len(buckets), len(entries))
 
-    def _flatten(self, tensors: list[torch.Tensor]) -> torch.Tensor:
-        """``[n]``: ``tensors`` end to end in the engines' dtype (one casting copy each, no ``cat``)."""
-        flat = torch.empty(sum(t.numel() for t in tensors), dtype=self.dtype, device=self.device)
+    def _flatten(self, tensors: list[torch.Tensor], staging: int) -> torch.Tensor:
+        """``[n]``: ``tensors`` end to end in the engines' dtype (one casting copy each, no ``cat``),
+        in staging buffer ``staging``."""
+        numel = sum(t.numel() for t in tensors)
+        while len(self._staging) <= staging:
+            self._staging.append(torch.empty(0, dtype=self.dtype, device=self.device))
+        if self._staging[staging].numel() < numel:
+            self._staging[staging] = torch.empty(numel, dtype=self.dtype, device=self.device)
+        flat = self._staging[staging][:numel]
         offset = 0
         for tensor in tensors:
             flat[offset : offset + tensor.numel()].copy_(tensor.detach().reshape(-1))
@@ -120,12 +129,18 @@ class WeightSender:
 
 
 class WeightReceiver:
-    """An engine process's side: receive what the ``WeightSender`` at ``src`` broadcasts."""
+    """An engine process's side: receive what the ``WeightSender`` at ``src`` broadcasts.
+
+    The returned tensors are views of receive buffers that the next ``receive`` reuses (same
+    manifest): load them (``engine.update_weights`` copies) before receiving again.
+    """
 
     def __init__(
         self, *, group: dist.ProcessGroup | None = None, src: int = 0, device: torch.device | str = "cpu"
     ) -> None:
         self.group, self.src, self.device = group, src, torch.device(device)
+        self._plan: object = None
+        self._flats: list[torch.Tensor] = []
 
     def receive(self) -> tuple[list[tuple[str, torch.Tensor]], SyncStats]:
         started = time.perf_counter()
@@ -133,10 +148,14 @@ class WeightReceiver:
         dist.broadcast_object_list(box, src=self.src, group=self.group)
         entries, dtype_name, buckets = box[0]  # type: ignore[misc]
         dtype = getattr(torch, str(dtype_name).removeprefix("torch."))
-        flats = [
-            torch.empty(sum(entries[i].numel for i in bucket), dtype=dtype, device=self.device)
-            for bucket in buckets
-        ]
+        plan = (dtype, [[entries[i].numel for i in bucket] for bucket in buckets])
+        if plan != self._plan:
+            self._plan = plan
+            self._flats = [
+                torch.empty(sum(entries[i].numel for i in bucket), dtype=dtype, device=self.device)
+                for bucket in buckets
+            ]
+        flats = self._flats
         # Every bucket posted at once: each arrives as soon as the sender has it ready.
         for work in [dist.broadcast(flat, src=self.src, group=self.group, async_op=True) for flat in flats]:
             work.wait()

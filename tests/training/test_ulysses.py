@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM
 
 from aloft.algorithms.logits import logprobs_from_logits
 from aloft.distributed import free_loopback_port, init_loopback_group
+from aloft.models import build_tiny_model
 from aloft.training.ulysses import sum_gradients, ulysses_token_logprobs
 from aloft.training.workers import token_logits
 
@@ -40,7 +41,10 @@ def _sp_rank(rank: int, port: int, model_dir: str, out: str) -> None:
         dist.destroy_process_group()
 
 
-def test_sequence_parallel_two_ranks_equal_one(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("kv_heads", [2, 1], ids=["kv-heads-split", "kv-heads-repeated"])
+def test_sequence_parallel_two_ranks_equal_one(tmp_path, kv_heads):
+    """4 query heads over 2 ranks; 1 key/value head cannot be split, so each rank repeats it first."""
+    tiny_model_dir = str(build_tiny_model(tmp_path / "model", num_heads=4, num_kv_heads=kv_heads))
     out = tmp_path / "sp.pt"
     mp.spawn(_sp_rank, args=(free_loopback_port(), tiny_model_dir, str(out)), nprocs=2)
     sp = torch.load(out)

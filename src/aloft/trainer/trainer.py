@@ -335,7 +335,9 @@ def _local_rank(rank: int, config: AloftConfig, ranks: int, port: int, results: 
     from aloft.distributed import init_loopback_group
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // ranks))  # the ranks share this machine's cores
-    init_loopback_group(rank, ranks, port)
+    # Ranks other than 0 wait in a collective while rank 0 generates and evaluates: allow it the
+    # time a rollout or an eval can take (torch's default for gloo), not init_loopback_group's 2 minutes.
+    init_loopback_group(rank, ranks, port, timeout_s=1800)
     try:
         metrics = train(config)
         if rank == 0:

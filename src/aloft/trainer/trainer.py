@@ -78,7 +78,11 @@ class Trainer:
         if self.step == 0 and cfg.eval_before_training and self.is_main:
             last.update(self.run_eval())
         bar = tqdm(
-            total=cfg.max_steps, initial=self.step, disable=not cfg.progress_bar, desc=cfg.name, unit="step"
+            total=cfg.max_steps,
+            initial=self.step,
+            disable=not (cfg.progress_bar and self.is_main),
+            desc=cfg.name,
+            unit="step",
         )
         while self.step < cfg.max_steps:
             self.step += 1

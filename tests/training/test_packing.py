@@ -10,10 +10,11 @@ from transformers import AutoModelForCausalLM
 
 from aloft.algorithms.logits import logprobs_from_logits
 from aloft.config import load_config
+from aloft.distributed.weight_sync import consecutive_chunks
 from aloft.tracking import read_metrics
 from aloft.trainer import Trainer
 from aloft.training.batch import collate
-from aloft.training.packing import MicroBatching, pack_rows, token_budget_chunks
+from aloft.training.packing import MicroBatching, pack_rows
 from aloft.training.workers import token_logits
 from aloft.types import RolloutStatus, Trajectory
 
@@ -76,8 +77,8 @@ def test_packed_logits_loss_and_gradients_equal_padded(tiny_model_dir, seed):
 
 
 def test_micro_batches_by_token_budget():
-    assert token_budget_chunks([5, 5, 5], 10) == [[0, 1], [2]]
-    assert token_budget_chunks([12, 3, 4, 9], 10) == [[0], [1, 2], [3]]  # a long row goes alone
+    assert consecutive_chunks([5, 5, 5], 10) == [[0, 1], [2]]
+    assert consecutive_chunks([12, 3, 4, 9], 10) == [[0], [1, 2], [3]]  # a long row goes alone
     batch = collate(
         [trajectory([1] * 4, [2] * 4), trajectory([1] * 2, [2] * 2), trajectory([1] * 6, [2] * 6)],
         0,

@@ -50,6 +50,20 @@ def make_batch(vocab: int):
     return batch, advantages
 
 
+def update_on_fixed_batch(worker: PolicyWorker) -> dict[str, float]:
+    """One policy update on ``make_batch``'s rows as a single mini-batch; returns its metrics."""
+    batch, advantages = make_batch(worker.model.config.vocab_size)
+    return worker.update(
+        batch,
+        advantages,
+        AlgorithmConfig(),
+        old_logprobs=None,
+        ref_logprobs=None,
+        mini_batches=[list(range(ROWS))],
+        max_len=batch.completion_width,
+    )
+
+
 def train_once(worker: PolicyWorker) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
     """One update on the fixed batch; returns its metrics and the gradients the optimizer saw (in full)."""
     grads: dict[str, torch.Tensor] = {}
@@ -62,16 +76,7 @@ def train_once(worker: PolicyWorker) -> tuple[dict[str, float], dict[str, torch.
         return step()
 
     worker._step = capturing_step
-    batch, advantages = make_batch(worker.model.config.vocab_size)
-    metrics = worker.update(
-        batch,
-        advantages,
-        AlgorithmConfig(),
-        old_logprobs=None,
-        ref_logprobs=None,
-        mini_batches=[list(range(ROWS))],
-        max_len=batch.completion_width,
-    )
+    metrics = update_on_fixed_batch(worker)
     return metrics, grads
 
 
@@ -129,16 +134,7 @@ def _deepspeed_rank(rank: int, port: int, model_dir: str, out: str) -> None:
             engine_step()
 
         engine.step = capturing_step
-        batch, advantages = make_batch(worker.model.config.vocab_size)
-        metrics = worker.update(
-            batch,
-            advantages,
-            AlgorithmConfig(),
-            old_logprobs=None,
-            ref_logprobs=None,
-            mini_batches=[list(range(ROWS))],
-            max_len=batch.completion_width,
-        )
+        metrics = update_on_fixed_batch(worker)
         weights = dict(worker.named_weights())
         if rank == 0:
             torch.save({"metrics": metrics, "grads": grads, "weights": weights}, out)

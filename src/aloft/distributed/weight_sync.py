@@ -56,21 +56,26 @@ class _Entry:
         return int(torch.Size(self.shape).numel())
 
 
+def consecutive_chunks(sizes: list[int], budget: int) -> list[list[int]]:
+    """Consecutive indices grouped so each group's sizes sum to at most ``budget`` (a larger item goes
+    alone). Weight buckets use it, and so do packed micro-batches (``aloft.training.packing``)."""
+    chunks: list[list[int]] = []
+    current: list[int] = []
+    total = 0
+    for index, size in enumerate(sizes):
+        if current and total + size > budget:
+            chunks.append(current)
+            current, total = [], 0
+        current.append(index)
+        total += size
+    if current:
+        chunks.append(current)
+    return chunks
+
+
 def plan_buckets(numels: list[int], element_size: int, bucket_bytes: int) -> list[list[int]]:
     """Consecutive tensor indices grouped into buckets of at most ``bucket_bytes`` (a larger tensor goes alone)."""
-    buckets: list[list[int]] = []
-    current: list[int] = []
-    size = 0
-    for index, numel in enumerate(numels):
-        nbytes = numel * element_size
-        if current and size + nbytes > bucket_bytes:
-            buckets.append(current)
-            current, size = [], 0
-        current.append(index)
-        size += nbytes
-    if current:
-        buckets.append(current)
-    return buckets
+    return consecutive_chunks([numel * element_size for numel in numels], bucket_bytes)
 
 
 class WeightSender:

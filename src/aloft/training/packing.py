@@ -27,6 +27,7 @@ from torch import nn
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface
 
+from aloft.distributed.weight_sync import consecutive_chunks
 from aloft.training.batch import TrainBatch, split_rows
 
 
@@ -218,22 +219,6 @@ def packed_completion_logits(model: nn.Module, batch: TrainBatch) -> PackedLogit
     )
 
 
-def token_budget_chunks(lengths: list[int], budget: int) -> list[list[int]]:
-    """Consecutive row chunks holding at most ``budget`` tokens each (a longer row gets a chunk alone)."""
-    chunks: list[list[int]] = []
-    current: list[int] = []
-    tokens = 0
-    for row, length in enumerate(lengths):
-        if current and tokens + length > budget:
-            chunks.append(current)
-            current, tokens = [], 0
-        current.append(row)
-        tokens += length
-    if current:
-        chunks.append(current)
-    return chunks
-
-
 @dataclass(frozen=True)
 class MicroBatching:
     """How a batch's rows are cut into forward/backward chunks: a row count, or a token budget when packed."""
@@ -250,7 +235,7 @@ class MicroBatching:
         rows = list(range(batch.num_rows)) if rows is None else list(rows)
         if self.packing:
             lengths = batch.attention_mask[rows].sum(dim=1).tolist()
-            chunks = token_budget_chunks(lengths, self.tokens)
+            chunks = consecutive_chunks(lengths, self.tokens)  # a longer row gets a chunk alone
         else:
             chunks = split_rows(len(rows), self.rows)
         return [[rows[i] for i in chunk] for chunk in chunks]

@@ -49,6 +49,24 @@ def test_quickstart_preset_and_overrides():
         ),
         (["trainer.max_steps=0"], "trainer.max_steps=0 must be >= 1"),
         (["nosuchsection.x=1"], "unknown config key 'nosuchsection'"),
+        (
+            ["placement.backend=ray", "placement.num_engines=2"],
+            "raise num_processes or use placement.mode=disaggregated",
+        ),
+        (
+            [
+                "placement.backend=ray",
+                "trainer.strategy=ulysses",
+                "optim.packing=true",
+                "trainer.num_processes=3",
+            ],
+            "set trainer.strategy=fsdp2",
+        ),
+        (
+            ["placement.backend=ray", "engine.backend=remote", "engine.urls=[http://127.0.0.1:8000]"],
+            "use placement.backend=local for remote servers",
+        ),
+        (["placement.mode=spread"], "'colocated' or 'disaggregated'"),
     ],
 )
 def test_bad_config_is_one_clear_line(overrides, expected):

@@ -215,16 +215,52 @@ class TrainerConfig(Section):
     """Metric sinks (console progress is always on)."""
     progress_bar: bool = True
     """Show a tqdm progress bar."""
-    strategy: Literal["single", "fsdp2", "ulysses"] = "single"
+    strategy: Literal["single", "fsdp2", "deepspeed", "ulysses"] = "single"
     """How the policy trains: "single" (this process), "fsdp2" (data parallel with FSDP2 over
-    trainer.num_processes ranks, gloo on CPU) or "ulysses" (sequence parallel: every micro-batch's
-    packed sequence split over trainer.num_processes ranks; needs optim.packing). Rank 0 generates."""
+    trainer.num_processes ranks, gloo on CPU), "deepspeed" (DeepSpeed ZeRO trainer.zero_stage over
+    the ranks; extra `deepspeed`) or "ulysses" (sequence parallel: every micro-batch's packed
+    sequence split over trainer.num_processes ranks; needs optim.packing). Rank 0 generates."""
+    zero_stage: Literal[1, 2, 3] = 3
+    """trainer.strategy=deepspeed: ZeRO stage (1 optimizer state, 2 + gradients, 3 + parameters
+    partitioned over the ranks)."""
     num_processes: PositiveInt = 1
     """Training processes for a data-parallel strategy (each gets cores / num_processes threads)."""
     num_threads: int = 0
     """torch intra-op threads (0 = torch's default)."""
     imports: list[str] = []
     """Python modules imported before the run starts: they may register envs, estimators, losses."""
+
+
+class PlacementConfig(Section):
+    """Where the training processes and the engines run (DESIGN.md §5)."""
+
+    backend: Literal["local", "ray"] = "local"
+    """local: this process (and trainer.num_processes local ranks); ray: training processes and
+    engines as Ray actors in placement groups, with this process driving the loop and the envs."""
+    mode: Literal["colocated", "disaggregated"] = "colocated"
+    """backend=ray. colocated: each engine shares a training process's bundle (its CPUs / GPU); the
+    engine sleeps while the learner trains, the learner's state moves to CPU while the engine
+    generates. disaggregated: engines get their own bundles (other devices or nodes)."""
+    address: str | None = None
+    """backend=ray: None starts a Ray instance on this machine bound to 127.0.0.1; "auto" joins the
+    cluster this machine belongs to (after `ray start`), "ray://host:10001" a remote one."""
+    num_engines: PositiveInt = 1
+    """backend=ray: engine actors; the driver spreads requests over them (colocated: at most one per
+    training process)."""
+    training_cpus: PositiveInt = 1
+    """backend=ray: CPUs per training process (its torch threads)."""
+    engine_cpus: PositiveInt = 1
+    """backend=ray, disaggregated: CPUs per engine (colocated engines use their bundle's)."""
+    training_gpus: float = 0
+    """backend=ray: GPUs per training bundle (0 on CPU machines)."""
+    engine_gpus: float = 0
+    """backend=ray, disaggregated: GPUs per engine bundle."""
+    offload: bool = True
+    """backend=ray, colocated: the learner's models and optimizer state move to CPU while engines generate."""
+    verify_sync: bool = False
+    """After each weight sync, sample a probe completion from the engine and log the largest gap
+    between its sampler logprobs and the trainer's (sync/logprob_max_gap; ~0 when the sync is exact
+    and both run in float32)."""
 
 
 class AloftConfig(Section):
@@ -239,6 +275,7 @@ class AloftConfig(Section):
     optim: OptimConfig = OptimConfig()
     critic: CriticConfig = CriticConfig()
     trainer: TrainerConfig = TrainerConfig()
+    placement: PlacementConfig = PlacementConfig()
 
     @field_validator("env", mode="before")
     @classmethod
@@ -309,6 +346,23 @@ class AloftConfig(Section):
             )
         if trainer.strategy == "ulysses" and not self.optim.packing:
             raise ValueError("trainer.strategy=ulysses splits packed sequences: set optim.packing=true")
+        placement = self.placement
+        if placement.backend == "ray":
+            if trainer.strategy == "ulysses":
+                raise ValueError(
+                    "placement.backend=ray runs trainer.strategy single, fsdp2 or deepspeed: set trainer.strategy=fsdp2"
+                )
+            if placement.mode == "colocated" and placement.num_engines > trainer.num_processes:
+                raise ValueError(
+                    f"placement.num_engines={placement.num_engines} colocated engines need as many training "
+                    f"processes (trainer.num_processes={trainer.num_processes}): raise num_processes or use "
+                    "placement.mode=disaggregated"
+                )
+            if self.engine.backend not in ("hf", "vllm", "sglang"):
+                raise ValueError(
+                    f"placement.backend=ray runs engine.backend hf, vllm or sglang in actors, not "
+                    f"{self.engine.backend}: use placement.backend=local for remote servers"
+                )
         if self.data.builder is None and not self.data.train_files:
             raise ValueError("no training data: set data.train_files=[...] or data.builder=NAME")
         return self

@@ -1,6 +1,6 @@
 """Multi-process pieces: weight sync over torch.distributed groups."""
 
-from aloft.distributed.group import free_loopback_port, init_loopback_group
+from aloft.distributed.group import LOOPBACK, free_loopback_port, free_port, init_loopback_group, side_group
 from aloft.distributed.weight_sync import (
     SyncStats,
     WeightReceiver,
@@ -9,6 +9,9 @@ from aloft.distributed.weight_sync import (
 )
 
 __all__ = [
+    "LOOPBACK",
+    "free_port",
+    "side_group",
     "SyncStats",
     "WeightReceiver",
     "WeightSender",

@@ -13,8 +13,13 @@ LOOPBACK = "127.0.0.1"
 
 def free_loopback_port() -> int:
     """A TCP port that was free on 127.0.0.1 a moment ago (for a group's rendezvous)."""
+    return free_port(LOOPBACK)
+
+
+def free_port(host: str) -> int:
+    """A TCP port that was free on ``host`` (an address of this machine) a moment ago."""
     with socket.socket() as probe:
-        probe.bind((LOOPBACK, 0))
+        probe.bind((host, 0))
         return int(probe.getsockname()[1])
 
 
@@ -30,3 +35,32 @@ def init_loopback_group(
         world_size=world_size,
         timeout=datetime.timedelta(seconds=timeout_s),
     )
+
+
+def side_group(
+    host: str,
+    port: int,
+    rank: int,
+    world_size: int,
+    name: str,
+    backend: str = "gloo",
+    timeout_s: float = 1800,
+) -> dist.ProcessGroup:
+    """A process group of its own, beside (or without) the process's default group.
+
+    Weight sync needs one: the trainer's rank 0 is already in its training group, and the engines
+    are in none. Rank 0 hosts the rendezvous store at ``host:port``. Use the group's collectives
+    with ``group=`` and ``group_src=`` (ranks are this group's).
+    """
+    if host == LOOPBACK:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    timeout = datetime.timedelta(seconds=timeout_s)
+    store = dist.TCPStore(host, port, world_size, is_master=rank == 0, timeout=timeout)
+    # torch's public new_group() needs every member in one default group; this group is built from
+    # its own store instead (the helper vLLM, OpenRLHF and SkyRL use for the same purpose).
+    from torch.distributed.distributed_c10d import _new_process_group_helper
+
+    group, _ = _new_process_group_helper(
+        world_size, rank, [], backend, dist.PrefixStore(name, store), group_name=name, timeout=timeout
+    )
+    return group

@@ -103,13 +103,17 @@ class WeightSender:
         weights = list(weights)
         entries = [_Entry(name, tuple(tensor.shape)) for name, tensor in weights]
         buckets = plan_buckets([e.numel for e in entries], _element_size(self.dtype), self.bucket_bytes)
-        dist.broadcast_object_list([(entries, str(self.dtype), buckets)], src=self.src, group=self.group)
+        dist.broadcast_object_list(
+            [(entries, str(self.dtype), buckets)], group_src=self.src, group=self.group
+        )
         sent = 0
         in_flight: list[tuple[dist.Work, torch.Tensor]] = []
         for number, bucket in enumerate(buckets):
             flat = self._flatten([weights[i][1] for i in bucket], staging=number % 2)
             # Asynchronous: the next bucket is cast while this one is on the wire (at most two alive).
-            in_flight.append((dist.broadcast(flat, src=self.src, group=self.group, async_op=True), flat))
+            in_flight.append(
+                (dist.broadcast(flat, group_src=self.src, group=self.group, async_op=True), flat)
+            )
             if len(in_flight) > 1:
                 in_flight.pop(0)[0].wait()
             sent += flat.numel() * flat.element_size()
@@ -150,7 +154,7 @@ class WeightReceiver:
     def receive(self) -> tuple[list[tuple[str, torch.Tensor]], SyncStats]:
         started = time.perf_counter()
         box: list[object] = [None]
-        dist.broadcast_object_list(box, src=self.src, group=self.group)
+        dist.broadcast_object_list(box, group_src=self.src, group=self.group)
         entries, dtype_name, buckets = box[0]  # type: ignore[misc]
         dtype = getattr(torch, str(dtype_name).removeprefix("torch."))
         plan = (dtype, [[entries[i].numel for i in bucket] for bucket in buckets])
@@ -162,7 +166,9 @@ class WeightReceiver:
             ]
         flats = self._flats
         # Every bucket posted at once: each arrives as soon as the sender has it ready.
-        for work in [dist.broadcast(flat, src=self.src, group=self.group, async_op=True) for flat in flats]:
+        for work in [
+            dist.broadcast(flat, group_src=self.src, group=self.group, async_op=True) for flat in flats
+        ]:
             work.wait()
         weights: list[tuple[str, torch.Tensor]] = []
         for bucket, flat in zip(buckets, flats):

@@ -21,12 +21,11 @@ from aloft.config import AloftConfig, ConfigError, save_config
 from aloft.data import DatasetRow, PromptLoader, build_dataset, read_rows, write_rows
 from aloft.inference import make_engine
 from aloft.inference.base import InferenceEngine
-from aloft.models import fast_dtype, load_tokenizer, resolve_model_path
+from aloft.models import load_tokenizer, resolve_model_path
 from aloft.rollout import EpisodeLimits, Generator
 from aloft.tracking import JsonlSink, MetricsLogger, TensorBoardSink, WandbSink
-from aloft.training import CriticWorker, OptimSettings, PolicyWorker, ReferenceWorker
-from aloft.training.strategies import FSDP2
-from aloft.training.ulysses import Ulysses
+from aloft.trainer.learner import Learner, Learners, LocalLearners, build_learner
+from aloft.training import CriticWorker, PolicyWorker, ReferenceWorker
 
 T = TypeVar("T")
 
@@ -40,14 +39,34 @@ class Components:
     train_rows: list[DatasetRow]
     eval_rows: list[DatasetRow]
     loader: PromptLoader
-    policy: PolicyWorker
-    reference: ReferenceWorker | None
-    critic: CriticWorker | None
+    learners: Learners
+    """The training processes, as the loop sees them (this process's learner, or Ray actors)."""
+    learner: Learner | None
+    """This process's learner (None under placement.backend=ray: the actors hold theirs)."""
+    is_main: bool
+    """Rank 0 (or the Ray driver): generates, evaluates, logs and writes."""
+    world_size: int
+    """Training processes that run this same loop (local data-parallel ranks; 1 under Ray)."""
     engine: InferenceEngine | None
     """None on data-parallel ranks other than 0 (only rank 0 generates)."""
     generator: Generator | None
     loop: asyncio.AbstractEventLoop
+    placement: Any = None
+    """The RayPlacement that owns the actors (placement.backend=ray)."""
     logger: MetricsLogger = field(default_factory=lambda: MetricsLogger([]))
+
+    @property
+    def policy(self) -> PolicyWorker:
+        assert self.learner is not None, "under placement.backend=ray the policy lives in the learner actors"
+        return self.learner.policy
+
+    @property
+    def reference(self) -> ReferenceWorker | None:
+        return self.learner.reference if self.learner is not None else None
+
+    @property
+    def critic(self) -> CriticWorker | None:
+        return self.learner.critic if self.learner is not None else None
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run a coroutine on the run's single event loop (the engine's batcher lives on it)."""
@@ -68,6 +87,8 @@ class Components:
         self.settle()
         if self.engine is not None:
             self.engine.close()
+        if self.placement is not None:
+            self.placement.close()
         self.loop.close()
 
     def open_loggers(self, resume_step: int | None) -> None:
@@ -88,13 +109,14 @@ class Components:
     def export_policy(self) -> Path | None:
         """Write the policy in HF format to <run>/export (atomically; rank 0 of a data-parallel run,
         but every rank calls this: gathering the weights is a collective)."""
-        state = self.policy.full_state_dict() if not self.policy.lora else None
-        if self.policy.strategy.rank != 0:
+        if not self.is_main:
+            self.learners.save_pretrained(None)
             return None
         final = self.run_dir / "export"
         tmp = self.run_dir / f"export.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        self.policy.save_pretrained(str(tmp), state_dict=state)
+        tmp.mkdir(parents=True)
+        self.learners.save_pretrained(tmp)
         self.tokenizer.save_pretrained(str(tmp))
         shutil.rmtree(final, ignore_errors=True)
         os.rename(tmp, final)
@@ -194,79 +216,28 @@ def build_components(cfg: AloftConfig) -> Components:
     _check_same_config(cfg, run_dir)
     save_config(cfg, run_dir / "config.yaml")
     seed_everything(tr.seed, tr.deterministic, tr.num_threads)
-    # Both need the process group that trainer.train starts; rank 0 alone generates.
-    strategy = {"fsdp2": FSDP2, "ulysses": Ulysses}[tr.strategy]() if tr.strategy != "single" else None
-    main_rank = strategy is None or strategy.rank == 0
 
     train_rows, eval_rows = _load_or_build_rows(cfg, run_dir)
     loader = PromptLoader(train_rows, batch_size=tr.prompts_per_step, shuffle=cfg.data.shuffle, seed=tr.seed)
-
     model_path = resolve_model_path(cfg.model.path)
     tokenizer = load_tokenizer(model_path)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    gen, optim, algo = cfg.generator, cfg.optim, cfg.algorithm
-    autocast = optim.bf16_autocast if optim.bf16_autocast != "auto" else fast_dtype("cpu") == torch.bfloat16
-    optimizer_steps = tr.max_steps * algo.ppo_epochs * algo.mini_batches
-    policy = PolicyWorker(
-        model_path,
-        OptimSettings(
-            lr=optim.lr,
-            weight_decay=optim.weight_decay,
-            betas=optim.betas,
-            warmup_steps=optim.warmup_steps,
-            schedule=optim.schedule,
-            total_steps=optimizer_steps,
-            max_grad_norm=optim.max_grad_norm,
-            micro_batch_size=optim.micro_batch_size,
-            bf16_autocast=autocast,
-            share_prompts=optim.share_prompts,
-            packing=optim.packing,
-            micro_batch_tokens=optim.micro_batch_tokens,
-        ),
-        temperature=gen.temperature,
-        gradient_checkpointing=cfg.model.gradient_checkpointing,
-        lora={
-            "r": cfg.model.lora_rank,
-            "alpha": cfg.model.lora_alpha,
-            "target_modules": cfg.model.lora_target_modules,
-        },
-        strategy=strategy,
-    )
-    reference = None
-    if algo.kl_coef > 0:
-        reference = ReferenceWorker(
-            model_path,
-            temperature=gen.temperature,
-            micro_batching=policy.settings.micro_batching,
-            bf16_autocast=autocast,
-        )
-    critic = None
-    if cfg.critic.enabled:
-        critic = CriticWorker(
-            resolve_model_path(cfg.critic.path or cfg.model.path),
-            OptimSettings(
-                lr=cfg.critic.lr,
-                total_steps=optimizer_steps,
-                max_grad_norm=optim.max_grad_norm,
-                micro_batch_size=optim.micro_batch_size,
-                bf16_autocast=autocast,
-            ),
-        )
-    remote = (
-        {"urls": cfg.engine.urls, "api_key": cfg.engine.api_key, "server": cfg.engine.server}
-        if cfg.engine.urls
-        else {}
-    )
-    engine = generator = None
+    loop = asyncio.new_event_loop()
+
+    learner = placement = None
+    if cfg.placement.backend == "ray":
+        from aloft.placement import RayPlacement  # only Ray runs import Ray
+
+        placement = RayPlacement(cfg, model_path)
+        engine, learners, main_rank, world_size = placement.engine, placement.learner_group, True, 1
+    else:
+        learner = build_learner(cfg)  # needs the process group trainer.train starts, for fsdp2 / ulysses
+        main_rank, world_size = learner.rank == 0, learner.policy.strategy.world_size
+        engine = _local_engine(cfg, model_path, tokenizer) if main_rank else None  # rank 0 alone generates
+        learners = LocalLearners(learner, engine, loop.run_until_complete)
+    generator = None
     if main_rank:
-        engine = make_engine(
-            cfg.engine.backend,
-            model_or_path=model_path,
-            tokenizer=tokenizer,
-            dtype=cfg.engine.dtype,
-            max_batch_size=cfg.engine.max_batch_size,
-            **remote,
-        )
+        gen = cfg.generator
         generator = Generator(
             engine,
             tokenizer,
@@ -283,12 +254,30 @@ def build_components(cfg: AloftConfig) -> Components:
         train_rows=train_rows,
         eval_rows=eval_rows,
         loader=loader,
-        policy=policy,
-        reference=reference,
-        critic=critic,
+        learners=learners,
+        learner=learner,
+        is_main=main_rank,
+        world_size=world_size,
         engine=engine,
         generator=generator,
-        loop=asyncio.new_event_loop(),
+        loop=loop,
+        placement=placement,
+    )
+
+
+def _local_engine(cfg: AloftConfig, model_path: str, tokenizer: Any) -> InferenceEngine:
+    remote = (
+        {"urls": cfg.engine.urls, "api_key": cfg.engine.api_key, "server": cfg.engine.server}
+        if cfg.engine.urls
+        else {}
+    )
+    return make_engine(
+        cfg.engine.backend,
+        model_or_path=model_path,
+        tokenizer=tokenizer,
+        dtype=cfg.engine.dtype,
+        max_batch_size=cfg.engine.max_batch_size,
+        **remote,
     )
 
 

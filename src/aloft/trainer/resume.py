@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
 
 from aloft.trainer.components import Components
 from aloft.training import CheckpointManager
@@ -26,16 +25,12 @@ def checkpoints(c: Components) -> CheckpointManager:
 def save_checkpoint(c: Components, step: int) -> Path | None:
     """Write a checkpoint (on the main rank; under a data-parallel strategy every rank must call this,
     as gathering the full weights and optimizer state is a collective). Returns its directory."""
-    policy, policy_optim = c.policy.full_state_dict(), c.policy.optim_state_dict()
-    if c.policy.strategy.rank != 0:
+    if not c.is_main:
+        c.learners.write_state(None)
         return None
 
     def write(d: Path) -> None:
-        save_file(_contiguous(policy), d / "policy.safetensors")
-        torch.save(policy_optim, d / "policy_optim.pt")
-        if c.critic is not None:
-            save_file(_contiguous(c.critic.model.state_dict()), d / "critic.safetensors")
-            torch.save(c.critic.optim_state_dict(), d / "critic_optim.pt")
+        c.learners.write_state(d)
         torch.save(
             {
                 "step": step,
@@ -57,25 +52,10 @@ def load_checkpoint(c: Components) -> int | None:
     latest = checkpoints(c).latest()
     if latest is None:
         return None
-    c.policy.load_full_state_dict(load_file(latest / "policy.safetensors"))
-    c.policy.load_optim_state_dict(torch.load(latest / "policy_optim.pt", weights_only=False))
-    if c.critic is not None:
-        c.critic.model.load_state_dict(load_file(latest / "critic.safetensors"))
-        c.critic.load_optim_state_dict(torch.load(latest / "critic_optim.pt", weights_only=False))
+    c.learners.read_state(latest)
     state = torch.load(latest / "trainer_state.pt", weights_only=False)
     c.loader.load_state_dict(state["loader"])
     random.setstate(state["rng"]["python"])
     np.random.set_state(state["rng"]["numpy"])
     torch.set_rng_state(state["rng"]["torch"])
     return int(state["step"])
-
-
-def _contiguous(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    # safetensors refuses shared storage (tied embeddings): store each tensor on its own.
-    seen: set[int] = set()
-    out = {}
-    for k, v in state.items():
-        ptr = v.data_ptr()
-        out[k] = v.detach().clone().contiguous() if ptr in seen else v.detach().contiguous()
-        seen.add(ptr)
-    return out

@@ -11,7 +11,9 @@
         log metrics; eval every N steps; checkpoint every N steps
 
 Execution plans that overlap generation and training (one-step-off, fully async) reuse these same
-pieces: ``rollout``, ``train_on`` and ``sync_weights`` are separate methods for that reason.
+pieces: ``rollout``, ``train_on`` and ``sync_weights`` are separate methods for that reason. Where the
+workers and engines run (this process, local ranks, Ray actors) is behind ``Components.learners``
+and ``Components.engine``; the loop is the same for all of them.
 """
 
 from __future__ import annotations
@@ -27,23 +29,15 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from aloft.algorithms import (
-    apply_kl_penalty_to_rewards,
-    apply_soft_overlong_penalty,
-    drop_zero_variance_groups,
-    get_advantage_estimator,
-    kl_divergence,
-    overlong_filter_mask,
-)
+from aloft.algorithms import apply_soft_overlong_penalty, drop_zero_variance_groups
 from aloft.config import AloftConfig
 from aloft.models.compute_thread import on_compute_thread
 from aloft.rollout.generator import _mix
 from aloft.trainer.components import Components, build_components
 from aloft.trainer.evaluation import evaluate
 from aloft.trainer.resume import load_checkpoint, save_checkpoint
-from aloft.trainer.step_metrics import env_token_share, rollout_metrics, sampler_logprob_diff
-from aloft.training import TrainBatch, collate
-from aloft.types import SamplingParams, Trajectory, TrajectoryGroup
+from aloft.trainer.step_metrics import rollout_metrics
+from aloft.types import GenerationRequest, RolloutStatus, SamplingParams, Trajectory, TrajectoryGroup
 
 
 @dataclass
@@ -57,12 +51,16 @@ class Trainer:
 
     def __init__(self, config: AloftConfig) -> None:
         self.cfg = config
+        if config.placement.backend == "ray":
+            from aloft.placement import connect_for
+
+            connect_for(config)  # on the main thread, where Ray installs its signal handlers
         # Every torch op of the run happens on the compute thread, construction and checkpoints included:
         # one parallel op on this thread would start a second OpenMP team, and two teams slow each
         # other down (aloft.models.compute_thread).
         self.c: Components = on_compute_thread(build_components, config)
         # Data-parallel ranks other than 0 only train: rank 0 generates, evaluates, logs and writes.
-        self.is_main = self.c.policy.strategy.rank == 0
+        self.is_main = self.c.is_main
         self.step = 0
         resumed = on_compute_thread(load_checkpoint, self.c)
         if resumed is not None:
@@ -92,10 +90,12 @@ class Trainer:
             groups = self.share_groups(groups)
             t_gen = time.perf_counter()
 
-            train_metrics = on_compute_thread(self.train_on, groups, self.step)  # the engine's torch thread
+            c.learners.enter_training()  # colocated on Ray: engines sleep, the learner's state comes back
+            train_metrics = self.train_on(groups, self.step)
+            c.learners.enter_generation()
             t_train = time.perf_counter()
 
-            self.sync_weights(version=self.step)
+            sync_metrics = self.sync_weights(version=self.step, probe=groups)
             t_sync = time.perf_counter()
 
             trajectories = [t for g in groups for t in g.trajectories]
@@ -104,6 +104,7 @@ class Trainer:
                 **rollout_metrics(trajectories),
                 **sampling_stats,
                 **train_metrics,
+                **sync_metrics,
                 "timing/step_s": t_sync - t0,
                 "timing/generate_s": t_gen - t0,
                 "timing/train_s": t_train - t_gen,
@@ -183,86 +184,46 @@ class Trainer:
         )
 
     def train_on(self, groups: list[TrajectoryGroup], step: int) -> dict[str, float]:
-        """Advantages and one policy (and critic) update on a step's groups."""
-        algo, c = self.cfg.algorithm, self.c
-        trajectories = [t for g in groups for t in g.trajectories if t.prompt_ids]
-        group_index = {g.group_id: i for i, g in enumerate(groups)}
-        batch = collate(trajectories, c.pad_token_id, group_index)
-        if algo.overlong_filter:
-            keep = torch.tensor(overlong_filter_mask(trajectories), dtype=torch.float32)
-            batch.loss_mask *= keep[:, None]
-        metrics: dict[str, float] = {"mask/env_token_share": env_token_share(trajectories, batch)}
-
-        on_policy = algo.ppo_epochs == 1 and algo.mini_batches == 1
-        need_old = not on_policy or (algo.kl_coef > 0 and algo.kl_penalty == "reward")
-        old_logprobs = c.policy.compute_logprobs(batch) if need_old else None
-        ref_logprobs = c.reference.compute_logprobs(batch) if c.reference is not None else None
-        values = c.critic.compute_values(batch) if c.critic is not None else None
-        if old_logprobs is not None:
-            metrics["logprob/sampler_abs_diff"] = sampler_logprob_diff(old_logprobs, batch)
-
-        rewards = batch.rewards
-        if ref_logprobs is not None:
-            current = old_logprobs if old_logprobs is not None else batch.sampler_logprobs
-            metrics["policy/kl_to_ref"] = _masked_mean(
-                kl_divergence(current, ref_logprobs, "k1"), batch.loss_mask
-            )
-            if algo.kl_penalty == "reward":
-                rewards = apply_kl_penalty_to_rewards(
-                    rewards, current, ref_logprobs, batch.loss_mask, algo.kl_coef, algo.kl_estimator
-                )
-        estimator = get_advantage_estimator(algo.advantage)
-        advantages, returns = estimator(rewards, batch.loss_mask, batch.group_ids, values, algo)
-        metrics["advantage/mean"] = _masked_mean(advantages, batch.loss_mask)
-        metrics["advantage/abs_mean"] = _masked_mean(advantages.abs(), batch.loss_mask)
-
-        max_len = self.cfg.generator.max_total_tokens
-        for epoch in range(algo.ppo_epochs):
-            mini_batches = self._mini_batches(batch, len(groups), step, epoch)
-            policy_metrics = c.policy.update(
-                batch,
-                advantages,
-                algo,
-                old_logprobs=old_logprobs,
-                ref_logprobs=ref_logprobs,
-                mini_batches=mini_batches,
-                max_len=max_len,
-            )
-            if c.critic is not None and values is not None:
-                policy_metrics.update(c.critic.update(batch, values, returns, algo.value_clip, mini_batches))
-            if epoch == 0:
-                metrics.update(policy_metrics)
-        metrics["train/policy_tokens"] = float(batch.loss_mask.sum())
-        return metrics
-
-    def _mini_batches(self, batch: TrainBatch, num_groups: int, step: int, epoch: int) -> list[list[int]]:
-        """Row indices per mini-batch; whole groups stay together; order shuffled per epoch."""
-        n = self.cfg.algorithm.mini_batches
-        if n == 1:
-            return [list(range(batch.num_rows))]
-        order = torch.randperm(
-            num_groups, generator=torch.Generator().manual_seed(_mix(self.cfg.trainer.seed, step, epoch))
-        )
-        per = max(1, num_groups // n)
-        out = []
-        for k in range(n):
-            chosen = set(order[k * per : (k + 1) * per].tolist())
-            out.append([i for i in range(batch.num_rows) if int(batch.group_ids[i]) in chosen])
-        return [rows for rows in out if rows]
+        """Advantages and one policy (and critic) update on a step's groups (aloft.trainer.learner)."""
+        return self.c.learners.train_on(groups, step)
 
     def share_groups(self, groups: list[TrajectoryGroup]) -> list[TrajectoryGroup]:
         """Rank 0's rollouts on every data-parallel rank (each trains on its share of them)."""
-        if self.c.policy.strategy.world_size == 1:
+        if self.c.world_size == 1:
             return groups
         box = [groups if self.is_main else None]
         on_compute_thread(lambda: dist.broadcast_object_list(box, src=0))  # collectives stay on one thread
         return box[0]
 
-    def sync_weights(self, version: int) -> None:
-        # Every rank gathers (a collective under FSDP2; LoRA merges are math), rank 0's engine loads.
-        weights = on_compute_thread(lambda: list(self.c.policy.named_weights()))
+    def sync_weights(self, version: int, probe: list[TrajectoryGroup] | None = None) -> dict[str, float]:
+        """Load the policy into the engines; with ``placement.verify_sync``, check the engine now
+        samples with the trainer's logprobs (a probe completion of the first of ``probe``'s prompts)."""
+        metrics = self.c.learners.sync_weights(version)
+        if self.cfg.placement.verify_sync and probe is not None:
+            metrics["sync/logprob_max_gap"] = self._sync_gap(probe, version)
+        return metrics
+
+    def _sync_gap(self, groups: list[TrajectoryGroup], version: int) -> float:
+        probe: list[TrajectoryGroup] = []
         if self.is_main:
-            self.c.run(self.c.engine.update_weights(weights, version))
+            first = next(t for g in groups for t in g.trajectories if t.prompt_ids)
+            sampling = self._sampling(self.cfg.generator.temperature)
+            sampling.max_tokens, sampling.seed = min(sampling.max_tokens, 16), version
+            [completion] = self.c.run(
+                self.c.engine.generate([GenerationRequest(prompt_ids=first.prompt_ids, sampling=sampling)])
+            )
+            trajectory = Trajectory(
+                prompt_ids=first.prompt_ids,
+                completion_ids=completion.token_ids,
+                loss_mask=[1] * len(completion.token_ids),
+                sampler_logprobs=completion.logprobs,
+                rewards=[0.0] * len(completion.token_ids),
+                status=RolloutStatus.STOP,
+                group_id="sync-probe",
+            )
+            probe = [TrajectoryGroup(group_id="sync-probe", trajectories=[trajectory])]
+        probe = self.share_groups(probe)  # every data-parallel rank takes part in the logprob pass
+        return self.c.learners.max_logprob_gap(probe[0].trajectories)
 
     def run_eval(self) -> dict[str, float]:
         c, gen = self.c, self.cfg.generator
@@ -297,18 +258,16 @@ def _rollout_record(t: Trajectory, decode: Any) -> dict[str, Any]:
     return {"prompt": decode(t.prompt_ids), "completion": decode(t.completion_ids), **t.to_json()}
 
 
-def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
-    return float((x * mask).sum() / mask.sum().clamp(min=1))
-
-
 def train(config: AloftConfig) -> dict[str, float]:
     """Run (or resume) a training run; returns the last step's and last eval's metrics.
 
     With a data-parallel ``trainer.strategy`` and no process group yet, starts
     ``trainer.num_processes`` ranks on this machine (a gloo group on 127.0.0.1) and returns rank 0's
-    metrics; under ``torchrun`` (a group exists) every process runs its own rank.
+    metrics; under ``torchrun`` (a group exists) every process runs its own rank. With
+    ``placement.backend=ray`` this process drives and the ranks are Ray actors (aloft.placement).
     """
-    if config.trainer.strategy != "single" and not dist.is_initialized():
+    local_ranks = config.placement.backend == "local" and config.trainer.strategy != "single"
+    if local_ranks and not dist.is_initialized():
         if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
             return _train_on_local_ranks(config)
         # Started by torchrun (or another launcher that sets RANK / WORLD_SIZE / MASTER_ADDR).
@@ -339,6 +298,7 @@ def _local_rank(rank: int, config: AloftConfig, ranks: int, port: int, results: 
     from aloft.distributed import init_loopback_group
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // ranks))  # the ranks share this machine's cores
+    os.environ["LOCAL_RANK"] = str(rank)  # as torchrun sets it (DeepSpeed reads it)
     # Ranks other than 0 wait in a collective while rank 0 generates and evaluates: allow it the
     # time a rollout or an eval can take (torch's default for gloo), not init_loopback_group's 2 minutes.
     init_loopback_group(rank, ranks, port, timeout_s=1800)

@@ -291,3 +291,31 @@ class DeepSpeedZeRO(SingleProcess):
 
         with deepspeed.zero.GatheredParameters(list(model.parameters()), enabled=self.stage == 3):
             return {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+
+    def load_full_state_dict(self, model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+        import deepspeed
+
+        # ZeRO-3: gather, let rank 0 write the weights, re-partition them from rank 0 on exit.
+        with deepspeed.zero.GatheredParameters(
+            list(model.parameters()), modifier_rank=0, enabled=self.stage == 3
+        ):
+            model.load_state_dict(state, strict=True)
+
+    def optim_state_dict(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+        """Every rank's ZeRO partition (moments and fp32 master weights), collected on rank 0 in
+        DeepSpeed's own format: a list with one optimizer state dict per rank (a collective)."""
+        partitions: list[Any] | None = [None] * self.world_size if self.rank == 0 else None
+        dist.gather_object(self.engine.optimizer.state_dict(), partitions, dst=0)
+        return {"zero_stage": self.stage, "partitions": partitions}
+
+    def load_optim_state_dict(self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
+        partitions = state["partitions"]
+        if state.get("zero_stage") != self.stage or len(partitions) != self.world_size:
+            raise ValueError(
+                f"this checkpoint's optimizer state is ZeRO-{state.get('zero_stage')} over {len(partitions)} "
+                f"ranks; the run has ZeRO-{self.stage} over {self.world_size}: resume with the same "
+                "trainer.zero_stage and trainer.num_processes"
+            )
+        self.engine.optimizer.load_state_dict(
+            partitions, load_optimizer_states=True, load_from_fp32_weights=True
+        )

@@ -253,6 +253,14 @@ class _Trainable:
         self.strategy.load_optim_state_dict(self.model, self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
 
+    def move_to(self, device: str | torch.device) -> None:
+        """Parameters, gradients and optimizer state to ``device`` (offload between phases)."""
+        self.model.to(device)
+        for state in self.optimizer.state.values():
+            for key, value in state.items():
+                if torch.is_tensor(value) and value.dim() > 0:  # AdamW's step counter stays where it is
+                    state[key] = value.to(device)
+
 
 class PolicyWorker(_Trainable):
     """The policy: logprobs, the clipped policy update, and named weights for the engine."""

@@ -1,0 +1,157 @@
+"""The two Ray actor classes of a run. Plain classes here (``ray.remote`` wraps them in
+aloft.placement.ray_run), defined in an importable module so workers can unpickle them."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from aloft.config import AloftConfig
+from aloft.distributed import LOOPBACK, WeightReceiver, WeightSender, free_port, side_group
+from aloft.models.compute_thread import on_compute_thread
+from aloft.trainer.components import seed_everything
+from aloft.trainer.learner import Learner, build_learner
+from aloft.types import Completion, GenerationRequest, Trajectory, TrajectoryGroup
+
+SYNC_GROUP = "aloft_weight_sync"
+
+
+def node_address() -> tuple[str, int]:
+    """This node's address as Ray knows it (127.0.0.1 on a local instance) and a free port on it."""
+    import ray
+
+    host = ray.util.get_node_ip_address()
+    return host, free_port(host)
+
+
+class LearnerActor:
+    """One training process: a ``Learner`` (rank ``rank`` of ``world_size``) and the sending side of
+    the weight sync (rank 0 only)."""
+
+    def __init__(self, threads: int) -> None:
+        torch.set_num_threads(threads)
+        self.learner: Learner | None = None
+        self.sender: WeightSender | None = None
+        self.sync_group: Any = None
+        self.home = torch.device("cpu")
+
+    def address(self) -> tuple[str, int]:
+        return node_address()
+
+    def setup(self, cfg: AloftConfig, rank: int, world_size: int, host: str, port: int) -> None:
+        """Join the training group (when ``world_size > 1``) and build the workers."""
+        if world_size > 1:
+            os.environ["LOCAL_RANK"] = "0"  # Ray shows each actor its own devices only (DeepSpeed reads it)
+            if host == LOOPBACK:  # gloo would otherwise pick the host's first interface
+                os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+            dist.init_process_group(
+                "nccl" if torch.cuda.is_available() else "gloo",
+                init_method=f"tcp://{host}:{port}",
+                rank=rank,
+                world_size=world_size,
+                timeout=datetime.timedelta(minutes=30),
+            )
+        seed_everything(cfg.trainer.seed, cfg.trainer.deterministic, 0)
+        self.learner = build_learner(cfg)
+        self.home = next(self.learner.policy.model.parameters()).device  # where onload() brings it back
+
+    def join_sync_group(self, host: str, port: int, world_size: int, engine_dtype: str) -> None:
+        """Rank 0 joins the weight-sync group as its source (rank 0 of that group)."""
+        self.sync_group = side_group(host, port, 0, world_size, SYNC_GROUP)
+        dtype = getattr(torch, engine_dtype.removeprefix("torch."))
+        self.sender = WeightSender(dtype=dtype, group=self.sync_group)
+
+    def train_on(self, groups: list[TrajectoryGroup], step: int) -> dict[str, float]:
+        return self._learner.train_on(groups, step)
+
+    def send_weights(self) -> dict[str, float]:
+        """Gather the policy's weights (every rank: a collective) and broadcast them (rank 0)."""
+        weights = self._learner.named_weights()
+        if self.sender is None:
+            return {}
+        return self.sender.send(weights).metrics("sync/")
+
+    def max_logprob_gap(self, trajectories: list[Trajectory]) -> float:
+        return self._learner.max_logprob_gap(trajectories)
+
+    def write_state(self, directory: str | None) -> None:
+        self._learner.write_state(Path(directory) if directory else None)
+
+    def read_state(self, directory: str) -> None:
+        self._learner.read_state(Path(directory))
+
+    def save_pretrained(self, directory: str | None) -> None:
+        self._learner.save_pretrained(Path(directory) if directory else None)
+
+    def offload(self) -> None:
+        """Models and optimizer state to CPU (colocated: while the engine generates)."""
+        self._learner.move_to("cpu")
+
+    def onload(self) -> None:
+        self._learner.move_to(self.home)
+
+    @property
+    def _learner(self) -> Learner:
+        assert self.learner is not None, "LearnerActor.setup() has not run"
+        return self.learner
+
+
+class EngineActor:
+    """One inference engine (an async actor: concurrent ``generate`` calls batch inside the engine)
+    and the receiving side of the weight sync."""
+
+    def __init__(self, backend: str, threads: int, **engine_kwargs: Any) -> None:
+        from aloft.inference import make_engine
+
+        torch.set_num_threads(threads)
+        on_compute_thread(torch.set_num_threads, threads)  # the engine computes on this thread
+        self.engine = make_engine(backend, **engine_kwargs)
+        self.receiver: WeightReceiver | None = None
+        self.sleeps = 0
+
+    def address(self) -> tuple[str, int]:
+        return node_address()
+
+    def dtype(self) -> str:
+        return str(getattr(self.engine, "dtype", torch.float32))
+
+    async def join_sync_group(self, host: str, port: int, rank: int, world_size: int) -> None:
+        # The rendezvous blocks until every member arrives: off the event loop.
+        group = await asyncio.to_thread(side_group, host, port, rank, world_size, SYNC_GROUP)
+        self.receiver = WeightReceiver(group=group)
+
+    async def receive_weights(self, version: int) -> float:
+        """Receive one broadcast and load it; returns the seconds loading took."""
+        assert self.receiver is not None, "join_sync_group() first"
+        weights, _ = await asyncio.to_thread(self.receiver.receive)
+        started = asyncio.get_running_loop().time()
+        await self.engine.update_weights(weights, version)
+        return asyncio.get_running_loop().time() - started
+
+    async def generate(self, requests: list[GenerationRequest]) -> list[Completion]:
+        return await self.engine.generate(requests)
+
+    async def update_weights(self, weights: Any, version: int) -> None:
+        await self.engine.update_weights(weights, version)
+
+    async def sleep(self) -> None:
+        self.sleeps += 1
+        await self.engine.sleep()
+
+    async def wake_up(self) -> None:
+        await self.engine.wake_up()
+
+    async def pause(self) -> None:
+        await self.engine.pause()
+
+    async def resume(self) -> None:
+        await self.engine.resume()
+
+    async def sleep_count(self) -> int:
+        return self.sleeps

@@ -1,0 +1,315 @@
+"""The training side of a run: the policy (and reference, critic) workers and one step's update.
+
+Every training process owns one ``Learner``: the trainer's own process (``placement.backend=local``,
+one per data-parallel rank) or a Ray actor (``placement.backend=ray``, aloft.placement). The driver
+never touches the workers directly; it hands a step's trajectory groups to ``train_on`` and asks for
+weights, checkpoints and exports. Under a data-parallel strategy every method here is a collective:
+all ranks call it with the same arguments.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from aloft.algorithms import (
+    apply_kl_penalty_to_rewards,
+    get_advantage_estimator,
+    kl_divergence,
+    overlong_filter_mask,
+)
+from aloft.config import AloftConfig
+from aloft.inference.base import InferenceEngine
+from aloft.models import fast_dtype, load_tokenizer, resolve_model_path
+from aloft.models.compute_thread import on_compute_thread
+from aloft.rollout.generator import _mix
+from aloft.trainer.step_metrics import env_token_share, sampler_logprob_diff
+from aloft.training import CriticWorker, OptimSettings, PolicyWorker, ReferenceWorker, TrainBatch, collate
+from aloft.training.strategies import FSDP2, DeepSpeedZeRO, Strategy
+from aloft.training.ulysses import Ulysses
+from aloft.types import Trajectory, TrajectoryGroup
+
+
+@dataclass
+class Learner:
+    cfg: AloftConfig
+    policy: PolicyWorker
+    reference: ReferenceWorker | None
+    critic: CriticWorker | None
+    pad_token_id: int
+
+    @property
+    def rank(self) -> int:
+        return self.policy.strategy.rank
+
+    # ---------------------------------------------------------------- one step
+    def train_on(self, groups: list[TrajectoryGroup], step: int) -> dict[str, float]:
+        """Advantages and one policy (and critic) update on a step's groups."""
+        algo = self.cfg.algorithm
+        trajectories = [t for g in groups for t in g.trajectories if t.prompt_ids]
+        group_index = {g.group_id: i for i, g in enumerate(groups)}
+        batch = collate(trajectories, self.pad_token_id, group_index)
+        if algo.overlong_filter:
+            keep = torch.tensor(overlong_filter_mask(trajectories), dtype=torch.float32)
+            batch.loss_mask *= keep[:, None]
+        metrics: dict[str, float] = {"mask/env_token_share": env_token_share(trajectories, batch)}
+
+        on_policy = algo.ppo_epochs == 1 and algo.mini_batches == 1
+        need_old = not on_policy or (algo.kl_coef > 0 and algo.kl_penalty == "reward")
+        old_logprobs = self.policy.compute_logprobs(batch) if need_old else None
+        ref_logprobs = self.reference.compute_logprobs(batch) if self.reference is not None else None
+        values = self.critic.compute_values(batch) if self.critic is not None else None
+        if old_logprobs is not None:
+            metrics["logprob/sampler_abs_diff"] = sampler_logprob_diff(old_logprobs, batch)
+
+        rewards = batch.rewards
+        if ref_logprobs is not None:
+            current = old_logprobs if old_logprobs is not None else batch.sampler_logprobs
+            metrics["policy/kl_to_ref"] = _masked_mean(
+                kl_divergence(current, ref_logprobs, "k1"), batch.loss_mask
+            )
+            if algo.kl_penalty == "reward":
+                rewards = apply_kl_penalty_to_rewards(
+                    rewards, current, ref_logprobs, batch.loss_mask, algo.kl_coef, algo.kl_estimator
+                )
+        estimator = get_advantage_estimator(algo.advantage)
+        advantages, returns = estimator(rewards, batch.loss_mask, batch.group_ids, values, algo)
+        metrics["advantage/mean"] = _masked_mean(advantages, batch.loss_mask)
+        metrics["advantage/abs_mean"] = _masked_mean(advantages.abs(), batch.loss_mask)
+
+        max_len = self.cfg.generator.max_total_tokens
+        for epoch in range(algo.ppo_epochs):
+            mini_batches = self._mini_batches(batch, len(groups), step, epoch)
+            policy_metrics = self.policy.update(
+                batch,
+                advantages,
+                algo,
+                old_logprobs=old_logprobs,
+                ref_logprobs=ref_logprobs,
+                mini_batches=mini_batches,
+                max_len=max_len,
+            )
+            if self.critic is not None and values is not None:
+                policy_metrics.update(
+                    self.critic.update(batch, values, returns, algo.value_clip, mini_batches)
+                )
+            if epoch == 0:
+                metrics.update(policy_metrics)
+        metrics["train/policy_tokens"] = float(batch.loss_mask.sum())
+        return metrics
+
+    def _mini_batches(self, batch: TrainBatch, num_groups: int, step: int, epoch: int) -> list[list[int]]:
+        """Row indices per mini-batch; whole groups stay together; order shuffled per epoch."""
+        n = self.cfg.algorithm.mini_batches
+        if n == 1:
+            return [list(range(batch.num_rows))]
+        order = torch.randperm(
+            num_groups, generator=torch.Generator().manual_seed(_mix(self.cfg.trainer.seed, step, epoch))
+        )
+        per = max(1, num_groups // n)
+        out = []
+        for k in range(n):
+            chosen = set(order[k * per : (k + 1) * per].tolist())
+            out.append([i for i in range(batch.num_rows) if int(batch.group_ids[i]) in chosen])
+        return [rows for rows in out if rows]
+
+    # ---------------------------------------------------------------- weights and state
+    def named_weights(self) -> list[tuple[str, torch.Tensor]]:
+        """The policy's weights under HF names, for the engines (gathered in full: a collective)."""
+        return list(self.policy.named_weights())
+
+    def max_logprob_gap(self, trajectories: list[Trajectory]) -> float:
+        """Largest |trainer logprob - sampler logprob| over the trajectories' policy tokens: ~0 when
+        the engine that sampled them holds exactly the trainer's weights (the weight-sync check)."""
+        batch = collate(trajectories, self.pad_token_id, {t.group_id: 0 for t in trajectories})
+        logprobs = self.policy.compute_logprobs(batch)
+        return float(((logprobs - batch.sampler_logprobs).abs() * batch.loss_mask).max())
+
+    def write_state(self, directory: Path | None) -> None:
+        """Write weights and optimizer state into ``directory`` (rank 0; other ranks pass None but
+        must call too, gathering is a collective)."""
+        policy, policy_optim = self.policy.full_state_dict(), self.policy.optim_state_dict()
+        if directory is None or self.rank != 0:
+            return
+        save_file(_contiguous(policy), directory / "policy.safetensors")
+        torch.save(policy_optim, directory / "policy_optim.pt")
+        if self.critic is not None:
+            save_file(_contiguous(self.critic.model.state_dict()), directory / "critic.safetensors")
+            torch.save(self.critic.optim_state_dict(), directory / "critic_optim.pt")
+
+    def read_state(self, directory: Path) -> None:
+        self.policy.load_full_state_dict(load_file(directory / "policy.safetensors"))
+        self.policy.load_optim_state_dict(torch.load(directory / "policy_optim.pt", weights_only=False))
+        if self.critic is not None:
+            self.critic.model.load_state_dict(load_file(directory / "critic.safetensors"))
+            self.critic.load_optim_state_dict(torch.load(directory / "critic_optim.pt", weights_only=False))
+
+    def save_pretrained(self, directory: Path | None) -> None:
+        """The policy in HF format (LoRA merged) into ``directory`` (rank 0; a collective)."""
+        state = self.policy.full_state_dict() if not self.policy.lora else None
+        if directory is not None and self.rank == 0:
+            self.policy.save_pretrained(str(directory), state_dict=state)
+
+    def move_to(self, device: str | torch.device) -> None:
+        """Models, gradients and optimizer states to ``device``: colocated placement moves them to
+        the CPU while the engines generate, and back for the update."""
+        for worker in (self.policy, self.critic):
+            if worker is not None:
+                worker.move_to(device)
+        if self.reference is not None:
+            self.reference.model.to(device)
+
+
+class Learners(Protocol):
+    """The driver's handle on a run's training processes (this process, or Ray actors).
+
+    Every call reaches every training process (under FSDP2 they are collectives) and returns the
+    main rank's answer; the trainer loop is written against this and nothing else."""
+
+    def train_on(self, groups: list[TrajectoryGroup], step: int) -> dict[str, float]: ...
+
+    def sync_weights(self, version: int) -> dict[str, float]:
+        """Load the policy's current weights into the run's engines as ``version``; sync metrics."""
+        ...
+
+    def max_logprob_gap(self, trajectories: list[Trajectory]) -> float: ...
+
+    def write_state(self, directory: Path | None) -> None: ...
+
+    def read_state(self, directory: Path) -> None: ...
+
+    def save_pretrained(self, directory: Path | None) -> None: ...
+
+    def enter_training(self) -> None:
+        """Before an update: colocated placements put the engines to sleep and bring the learner back."""
+        ...
+
+    def enter_generation(self) -> None:
+        """After an update: colocated placements offload the learner and wake the engines."""
+        ...
+
+
+class LocalLearners:
+    """``Learners`` for ``placement.backend=local``: this process's ``Learner`` (one data-parallel
+    rank of ``trainer.num_processes``), run on the compute thread, and rank 0's engine."""
+
+    def __init__(
+        self,
+        learner: Learner,
+        engine: InferenceEngine | None,
+        run: Callable[[Coroutine[Any, Any, Any]], Any],
+    ) -> None:
+        self.learner, self.engine, self.run = learner, engine, run
+
+    def train_on(self, groups: list[TrajectoryGroup], step: int) -> dict[str, float]:
+        return on_compute_thread(self.learner.train_on, groups, step)
+
+    def sync_weights(self, version: int) -> dict[str, float]:
+        # Every rank gathers (a collective under FSDP2; LoRA merges are math), rank 0's engine loads.
+        weights = on_compute_thread(self.learner.named_weights)
+        if self.engine is not None:
+            self.run(self.engine.update_weights(weights, version))
+        return {}
+
+    def max_logprob_gap(self, trajectories: list[Trajectory]) -> float:
+        return on_compute_thread(self.learner.max_logprob_gap, trajectories)
+
+    def write_state(self, directory: Path | None) -> None:
+        on_compute_thread(self.learner.write_state, directory)
+
+    def read_state(self, directory: Path) -> None:
+        on_compute_thread(self.learner.read_state, directory)
+
+    def save_pretrained(self, directory: Path | None) -> None:
+        on_compute_thread(self.learner.save_pretrained, directory)
+
+    def enter_training(self) -> None:
+        """One process holds both: nothing to swap."""
+
+    def enter_generation(self) -> None:
+        """One process holds both: nothing to swap."""
+
+
+def build_learner(cfg: AloftConfig) -> Learner:
+    """The workers of ``cfg``; under a data-parallel ``trainer.strategy`` the process group must exist."""
+    for module in cfg.trainer.imports:  # user plugins may register estimators and losses
+        importlib.import_module(module)
+    tr, gen, optim, algo = cfg.trainer, cfg.generator, cfg.optim, cfg.algorithm
+    strategies: dict[str, Callable[[], Strategy]] = {
+        "fsdp2": FSDP2,
+        "ulysses": Ulysses,
+        "deepspeed": lambda: DeepSpeedZeRO(tr.zero_stage),
+    }
+    strategy = strategies[tr.strategy]() if tr.strategy != "single" else None
+    model_path = resolve_model_path(cfg.model.path)
+    tokenizer = load_tokenizer(model_path)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    autocast = optim.bf16_autocast if optim.bf16_autocast != "auto" else fast_dtype("cpu") == torch.bfloat16
+    optimizer_steps = tr.max_steps * algo.ppo_epochs * algo.mini_batches
+    policy = PolicyWorker(
+        model_path,
+        OptimSettings(
+            lr=optim.lr,
+            weight_decay=optim.weight_decay,
+            betas=optim.betas,
+            warmup_steps=optim.warmup_steps,
+            schedule=optim.schedule,
+            total_steps=optimizer_steps,
+            max_grad_norm=optim.max_grad_norm,
+            micro_batch_size=optim.micro_batch_size,
+            bf16_autocast=autocast,
+            share_prompts=optim.share_prompts,
+            packing=optim.packing,
+            micro_batch_tokens=optim.micro_batch_tokens,
+        ),
+        temperature=gen.temperature,
+        gradient_checkpointing=cfg.model.gradient_checkpointing,
+        lora={
+            "r": cfg.model.lora_rank,
+            "alpha": cfg.model.lora_alpha,
+            "target_modules": cfg.model.lora_target_modules,
+        },
+        strategy=strategy,
+    )
+    reference = None
+    if algo.kl_coef > 0:
+        reference = ReferenceWorker(
+            model_path,
+            temperature=gen.temperature,
+            micro_batching=policy.settings.micro_batching,
+            bf16_autocast=autocast,
+        )
+    critic = None
+    if cfg.critic.enabled:
+        critic = CriticWorker(
+            resolve_model_path(cfg.critic.path or cfg.model.path),
+            OptimSettings(
+                lr=cfg.critic.lr,
+                total_steps=optimizer_steps,
+                max_grad_norm=optim.max_grad_norm,
+                micro_batch_size=optim.micro_batch_size,
+                bf16_autocast=autocast,
+            ),
+        )
+    return Learner(cfg=cfg, policy=policy, reference=reference, critic=critic, pad_token_id=int(pad))
+
+
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
+    return float((x * mask).sum() / mask.sum().clamp(min=1))
+
+
+def _contiguous(state: dict[str, Any]) -> dict[str, torch.Tensor]:
+    # safetensors refuses shared storage (tied embeddings): store each tensor on its own.
+    seen: set[int] = set()
+    out = {}
+    for k, v in state.items():
+        ptr = v.data_ptr()
+        out[k] = v.detach().clone().contiguous() if ptr in seen else v.detach().contiguous()
+        seen.add(ptr)
+    return out

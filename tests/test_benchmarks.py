@@ -126,3 +126,24 @@ def test_weight_sync_runs(tmp_path, capsys):
     for row in (local, across):
         assert row["ok"] is True and 0 < row["transfer_s"] <= row["total_s"]
     assert "across processes" in capsys.readouterr().out
+
+
+def test_async_runs(tmp_path, capsys):
+    bench = load_benchmark("async")
+    out = tmp_path / "async.json"
+    argv = ["--trajectories", "4", "--tool-ms", "50", "--tool-turns", "1", "--tokens", "4"]
+    argv += ["--hidden", "64", "--layers", "2", "--prompts", "2", "--steps", "3"]
+    bench.main([*argv, "--json", str(out)])
+    figures = json.loads(out.read_text())
+    rollouts = figures["rollouts"]
+    assert rollouts["trajectories"] == 4 and rollouts["turns"] == 2.0
+    # Sequential: 4 episodes x one 50 ms tool call each, at least; concurrent overlaps them.
+    assert rollouts["sequential_s"] >= 0.2 and rollouts["speedup"] > 1
+    plans = figures["plans"]
+    assert list(plans) == ["sync", "one_step_off", "fully_async"]
+    assert plans["one_step_off"]["staleness_mean"] == 1.0
+    assert 0 <= plans["fully_async"]["staleness_mean"] <= 1.0
+    for figures_of in plans.values():
+        assert math.isfinite(figures_of["step_s"]) and figures_of["step_s"] > 0
+    printed = capsys.readouterr().out
+    assert "concurrent generator" in printed and "one_step_off" in printed

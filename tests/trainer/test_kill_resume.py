@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -18,7 +19,7 @@ from aloft.tracking import read_metrics
 REPO = Path(__file__).resolve().parents[2]
 
 
-def command(tiny_model_dir: str, run_root: Path, name: str) -> list[str]:
+def command(tiny_model_dir: str, run_root: Path, name: str, *extra: str) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -47,18 +48,16 @@ def command(tiny_model_dir: str, run_root: Path, name: str) -> list[str]:
         "optim.bf16_autocast=false",
         "optim.lr=1e-3",
         "trainer.export_final=false",
+        *extra,
     ]
 
 
-def test_sigkill_then_rerun_matches_uninterrupted(tiny_model_dir, tmp_path):
+def kill_at_step_4_then_rerun(cmd: list[str], run_dir: Path) -> None:
+    """Start ``cmd`` (16 steps, a checkpoint every 2), SIGKILL it once step 4's checkpoint exists,
+    then run it again to the end."""
     env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'src'}"}
-    subprocess.run(
-        command(tiny_model_dir, tmp_path, "full"), check=True, cwd=REPO, env=env, capture_output=True
-    )
-
-    cmd = command(tiny_model_dir, tmp_path, "killed")
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    ckpt = tmp_path / "killed" / "checkpoints" / "step_4"
+    ckpt = run_dir / "checkpoints" / "step_4"
     deadline = time.time() + 120
     while not ckpt.exists() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.005)
@@ -66,9 +65,29 @@ def test_sigkill_then_rerun_matches_uninterrupted(tiny_model_dir, tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert ckpt.exists(), "the run never reached its step-4 checkpoint"
-    assert not (tmp_path / "killed" / "checkpoints" / "step_16").exists(), "killed too late to test resume"
-
+    assert not (run_dir / "checkpoints" / "step_16").exists(), "killed too late to test resume"
     subprocess.run(cmd, check=True, cwd=REPO, env=env, capture_output=True)
+
+
+PLANS = {
+    "sync": [],
+    # The prefetched batch rides in the checkpoint: the resumed run trains on the very same samples.
+    "one_step_off": ["trainer.plan=one_step_off", "algorithm.off_policy_correction=tis_token"],
+}
+
+
+@pytest.mark.parametrize("plan", PLANS)
+def test_sigkill_then_rerun_matches_uninterrupted(tiny_model_dir, tmp_path, plan):
+    env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'src'}"}
+    subprocess.run(
+        command(tiny_model_dir, tmp_path, "full", *PLANS[plan]),
+        check=True,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+    )
+
+    kill_at_step_4_then_rerun(command(tiny_model_dir, tmp_path, "killed", *PLANS[plan]), tmp_path / "killed")
 
     full = read_metrics(tmp_path / "full" / "metrics.jsonl")
     resumed = read_metrics(tmp_path / "killed" / "metrics.jsonl")

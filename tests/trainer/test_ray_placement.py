@@ -83,11 +83,12 @@ def test_disaggregated_broadcast_sync_is_exact_and_needed(tiny_overrides):
             assert row["sync/logprob_max_gap"] < 1e-4
             assert row["sync/gb_per_s"] > 0 and row["sync/buckets"] >= 1
         # The check can fail: one more update without a sync leaves the engine a version behind.
-        _, groups, _ = trainer.rollout(3)
+        run = trainer.c.run
+        groups = run(trainer.generate_batch(3)).groups
         trainer.train_on(groups, 3)
-        stale = trainer._sync_gap(groups, 3)
-        trainer.sync_weights(3)
-        fresh = trainer._sync_gap(groups, 3)
+        stale = run(trainer.sync_gap(groups, 3))
+        run(trainer.sync_weights(3))
+        fresh = run(trainer.sync_gap(groups, 3))
         assert stale > 1e-3 > 1e-4 > fresh
     finally:
         trainer.c.close()

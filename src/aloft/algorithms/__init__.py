@@ -26,6 +26,7 @@ from aloft.algorithms.logits import (
     logprobs_and_entropy_from_logits,
     logprobs_from_logits,
 )
+from aloft.algorithms.off_policy import OFF_POLICY_CORRECTIONS, off_policy_weights
 from aloft.algorithms.reductions import (
     LOSS_REDUCTIONS,
     LossNormalizer,
@@ -46,6 +47,8 @@ from aloft.algorithms.registry import (
 from aloft.algorithms.value_loss import clipped_value_loss
 
 __all__ = [
+    "OFF_POLICY_CORRECTIONS",
+    "off_policy_weights",
     "KL_ESTIMATORS",
     "LOSS_REDUCTIONS",
     "AdvantageEstimator",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, PositiveInt, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, NonNegativeInt, PositiveInt, field_validator, model_validator
 
 
 class Section(BaseModel):
@@ -77,6 +77,9 @@ class GeneratorConfig(Section):
     """Sampling temperature for eval (0 = greedy)."""
     eval_n_samples: int = 1
     """Samples per eval prompt; pass@k is reported for k up to this."""
+    env_threads: PositiveInt = 64
+    """Threads for env calls (tools mostly wait: databases, sandboxes, HTTP), so that many
+    trajectories' tool calls run at once."""
 
 
 class EngineConfig(Section):
@@ -145,6 +148,19 @@ class AlgorithmConfig(Section):
     """DAPO soft overlong penalty buffer (tokens before the budget); 0 disables."""
     overlong_penalty_factor: float = 1.0
     """Largest soft overlong penalty."""
+    off_policy_correction: Literal["none", "tis_token", "tis_sequence", "geo_mask"] = "none"
+    """Correction for samples from an older policy than the one updated (asynchronous plans, and the
+    sampler/trainer mismatch): each token's advantage is weighted by w, from the ratio r of the
+    trainer's pre-update logprobs to the sampler's. tis_token: w = min(r_t, tis_cap) per token
+    (truncated importance sampling); tis_sequence: w = min(prod_t r_t, tis_cap) per sequence;
+    geo_mask: w = 1 if the sequence's geometric-mean ratio is in [geo_mask_low, geo_mask_high],
+    else 0 (the sequence is left out)."""
+    tis_cap: float = 2.0
+    """Truncation of the importance weight (tis_token, tis_sequence)."""
+    geo_mask_low: float = 0.98
+    """geo_mask: lowest geometric-mean ratio kept."""
+    geo_mask_high: float = 1.02
+    """geo_mask: highest geometric-mean ratio kept."""
 
 
 class OptimConfig(Section):
@@ -220,6 +236,11 @@ class TrainerConfig(Section):
     trainer.num_processes ranks, gloo on CPU), "deepspeed" (DeepSpeed ZeRO trainer.zero_stage over
     the ranks; extra `deepspeed`) or "ulysses" (sequence parallel: every micro-batch's packed
     sequence split over trainer.num_processes ranks; needs optim.packing). Rank 0 generates."""
+    plan: str = "sync"
+    """Execution plan: sync, one_step_off (step n+1 generates while step n updates), fully_async
+    (generation never waits, within trainer.max_staleness), or a registered one."""
+    max_staleness: NonNegativeInt = 1
+    """fully_async: most policy versions a trained sample may lag the policy it updates."""
     zero_stage: Literal[1, 2, 3] = 3
     """trainer.strategy=deepspeed: ZeRO stage (1 optimizer state, 2 + gradients, 3 + parameters
     partitioned over the ranks)."""
@@ -347,6 +368,21 @@ class AloftConfig(Section):
         if trainer.strategy == "ulysses" and not self.optim.packing:
             raise ValueError("trainer.strategy=ulysses splits packed sequences: set optim.packing=true")
         placement = self.placement
+        if trainer.plan != "sync":
+            if placement.backend == "local" and trainer.strategy != "single":
+                raise ValueError(
+                    f"trainer.plan={trainer.plan} overlaps generation with updates in one driver: with "
+                    f"trainer.strategy={trainer.strategy} use placement.backend=ray, or trainer.plan=sync"
+                )
+            if placement.backend == "ray" and placement.mode == "colocated":
+                raise ValueError(
+                    f"trainer.plan={trainer.plan} generates while the learner trains, but colocated engines "
+                    "sleep during updates: set placement.mode=disaggregated"
+                )
+        if not algo.geo_mask_low <= 1 <= algo.geo_mask_high or algo.tis_cap < 1:
+            raise ValueError(
+                "algorithm.geo_mask_low <= 1 <= algorithm.geo_mask_high and algorithm.tis_cap >= 1 must hold"
+            )
         if placement.backend == "ray":
             if trainer.strategy == "ulysses":
                 raise ValueError(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +69,9 @@ class LearnerActor:
         self.sender = WeightSender(dtype=dtype, group=self.sync_group)
 
     def train_on(self, groups: list[TrajectoryGroup], step: int) -> dict[str, float]:
-        return self._learner.train_on(groups, step)
+        started = time.perf_counter()
+        metrics = self._learner.train_on(groups, step)
+        return {**metrics, "timing/learner_s": time.perf_counter() - started}  # inside the actor
 
     def send_weights(self) -> dict[str, float]:
         """Gather the policy's weights (every rank: a collective) and broadcast them (rank 0)."""

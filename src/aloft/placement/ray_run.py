@@ -91,13 +91,13 @@ class RayLearners:
     def train_on(self, groups: list[TrajectoryGroup], step: int) -> dict[str, float]:
         return self._all("train_on", ray.put(groups), step)
 
-    def sync_weights(self, version: int) -> dict[str, float]:
+    async def sync_weights(self, version: int) -> dict[str, float]:
         """Broadcast the policy from rank 0 to every engine; returns bytes, seconds and GB/s."""
         started = time.perf_counter()
         sends = [actor.send_weights.remote() for actor in self.actors]
         loads = [engine.receive_weights.remote(version) for engine in self.engines]
-        metrics = ray.get(sends)[0]
-        load_seconds = max(ray.get(loads))
+        metrics = (await asyncio.gather(*sends))[0]
+        load_seconds = max(await asyncio.gather(*loads))
         self.engine_handle._version = version
         return {**metrics, "sync/load_s": load_seconds, "sync/total_s": time.perf_counter() - started}
 

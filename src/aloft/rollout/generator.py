@@ -19,11 +19,13 @@ An env that raises ends that trajectory with status ``env_error`` and reward 0, 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from aloft.gym import Env, make
 from aloft.inference.base import InferenceEngine
@@ -37,6 +39,7 @@ from aloft.types import (
     TrajectoryGroup,
 )
 
+T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 
@@ -134,8 +137,15 @@ class Generator:
         default_env: str | None = None,
         env_factory: Callable[..., Env] = make,
         lockstep: bool = False,
+        env_threads: int = 64,
     ) -> None:
+        """``env_threads``: env calls (construction, reset, step) run in a pool of this many threads,
+        off the event loop. They mostly wait (tools, databases, sandboxes, HTTP), so a pool far
+        larger than the cores keeps that many trajectories' tool calls in flight; asyncio's default
+        pool (cores + 4) would queue the rest."""
         self.engine = engine
+        self.env_threads = env_threads
+        self._env_pool: ThreadPoolExecutor | None = None
         self.lockstep = lockstep
         """Submit each turn's requests of all live episodes together, in episode order, so the engine
         sees the same batches on every run (bit-exact reruns; costs the overlap of envs and engine)."""
@@ -146,6 +156,11 @@ class Generator:
         self.default_env_config = default_env_config
         self.default_env = default_env
         self.env_factory = env_factory
+
+    async def _in_env_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._env_pool is None:
+            self._env_pool = ThreadPoolExecutor(self.env_threads, thread_name_prefix="aloft-env")
+        return await asyncio.get_running_loop().run_in_executor(self._env_pool, functools.partial(fn, *args))
 
     def generate_sync(self, rows: Sequence[PromptRow], **kwargs: Any) -> list[TrajectoryGroup]:
         return asyncio.run(self.generate(rows, **kwargs))
@@ -205,16 +220,18 @@ class Generator:
         status = RolloutStatus.LENGTH
         error: str | None = None
         policy_version = self.engine.version
+        segments: list[list[int]] = []
+        segment_versions: list[int] = []
         turns = 0
         env: Env | None = None
         try:
-            env = await asyncio.to_thread(
+            env = await self._in_env_thread(
                 self.env_factory,
                 env_class,
                 self.env_configs.get(env_class, self.default_env_config),
                 row.extras,
             )
-            messages, _ = await asyncio.to_thread(env.reset, list(row.prompt))
+            messages, _ = await self._in_env_thread(env.reset, list(row.prompt))
             prompt_ids = self.chat.prompt_ids(messages)
             for turn in range(self.limits.max_turns):
                 budget = self.limits.max_total_tokens - len(completion_ids)
@@ -234,6 +251,9 @@ class Generator:
                     (completion,) = await self.engine.generate([request])
                 if turn == 0:
                     policy_version = completion.policy_version
+                # Weights may change between turns (in-flight updates): each turn is a segment.
+                segments.append([len(completion_ids), len(completion_ids) + len(completion.token_ids)])
+                segment_versions.append(completion.policy_version)
                 turns += 1
                 completion_ids += completion.token_ids
                 loss_mask += [1] * len(completion.token_ids)
@@ -246,7 +266,7 @@ class Generator:
                     completion.token_ids, skip_special_tokens=True
                 )
                 t_env = time.perf_counter()
-                out = await asyncio.to_thread(env.step, text)
+                out = await self._in_env_thread(env.step, text)
                 env_seconds += time.perf_counter() - t_env
                 if rewards:
                     rewards[-1] += float(out.reward)
@@ -284,6 +304,8 @@ class Generator:
             "env_class": env_class,
             "turns": turns,
             "observation_spans": observation_spans,
+            "segments": segments,
+            "segment_versions": segment_versions,
             "seconds": time.perf_counter() - t_start,
             "env_seconds": env_seconds,
         }

@@ -25,6 +25,7 @@ from aloft.models import load_tokenizer, resolve_model_path
 from aloft.rollout import EpisodeLimits, Generator
 from aloft.tracking import JsonlSink, MetricsLogger, TensorBoardSink, WandbSink
 from aloft.trainer.learner import Learner, Learners, LocalLearners, build_learner
+from aloft.trainer.plans import make_plan, registered_plans
 from aloft.training import CriticWorker, PolicyWorker, ReferenceWorker
 
 T = TypeVar("T")
@@ -135,6 +136,16 @@ def check_names(cfg: AloftConfig) -> None:
         raise ConfigError(
             f"algorithm.policy_loss={algo.policy_loss} is not a registered loss; known: {sorted(algorithms.policy_losses)}"
         )
+    if cfg.trainer.plan not in registered_plans():
+        raise ConfigError(
+            f"trainer.plan={cfg.trainer.plan} is not a registered plan; known: {registered_plans()}"
+        )
+    if make_plan(cfg.trainer.plan).off_policy and algo.off_policy_correction == "none":
+        raise ConfigError(
+            f"trainer.plan={cfg.trainer.plan} trains on samples from older policy versions, and "
+            f"algorithm.policy_loss={algo.policy_loss} needs them corrected: set "
+            "algorithm.off_policy_correction=tis_token (or tis_sequence, geo_mask)"
+        )
     if cfg.env.name is not None and cfg.env.name not in gym.registered():
         raise ConfigError(f"env.name={cfg.env.name} is not a registered env; known: {gym.registered()}")
 
@@ -234,7 +245,7 @@ def build_components(cfg: AloftConfig) -> Components:
         learner = build_learner(cfg)  # needs the process group trainer.train starts, for fsdp2 / ulysses
         main_rank, world_size = learner.rank == 0, learner.policy.strategy.world_size
         engine = _local_engine(cfg, model_path, tokenizer) if main_rank else None  # rank 0 alone generates
-        learners = LocalLearners(learner, engine, loop.run_until_complete)
+        learners = LocalLearners(learner, engine)
     generator = None
     if main_rank:
         gen = cfg.generator
@@ -245,6 +256,7 @@ def build_components(cfg: AloftConfig) -> Components:
             default_env_config=cfg.env.config,
             default_env=cfg.env.name,
             lockstep=tr.deterministic,  # the same engine batches on every run, whatever the env threads do
+            env_threads=gen.env_threads,
         )
     return Components(
         cfg=cfg,

@@ -9,8 +9,9 @@ all ranks call it with the same arguments.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,6 +23,7 @@ from aloft.algorithms import (
     apply_kl_penalty_to_rewards,
     get_advantage_estimator,
     kl_divergence,
+    off_policy_weights,
     overlong_filter_mask,
 )
 from aloft.config import AloftConfig
@@ -61,7 +63,8 @@ class Learner:
         metrics: dict[str, float] = {"mask/env_token_share": env_token_share(trajectories, batch)}
 
         on_policy = algo.ppo_epochs == 1 and algo.mini_batches == 1
-        need_old = not on_policy or (algo.kl_coef > 0 and algo.kl_penalty == "reward")
+        correct = algo.off_policy_correction != "none"
+        need_old = not on_policy or correct or (algo.kl_coef > 0 and algo.kl_penalty == "reward")
         old_logprobs = self.policy.compute_logprobs(batch) if need_old else None
         ref_logprobs = self.reference.compute_logprobs(batch) if self.reference is not None else None
         values = self.critic.compute_values(batch) if self.critic is not None else None
@@ -80,6 +83,19 @@ class Learner:
                 )
         estimator = get_advantage_estimator(algo.advantage)
         advantages, returns = estimator(rewards, batch.loss_mask, batch.group_ids, values, algo)
+        if correct:  # samples from an older policy: importance-weight their advantages
+            assert old_logprobs is not None
+            weights, correction_metrics = off_policy_weights(
+                old_logprobs,
+                batch.sampler_logprobs,
+                batch.loss_mask,
+                algo.off_policy_correction,
+                cap=algo.tis_cap,
+                low=algo.geo_mask_low,
+                high=algo.geo_mask_high,
+            )
+            advantages = advantages * weights
+            metrics.update(correction_metrics)
         metrics["advantage/mean"] = _masked_mean(advantages, batch.loss_mask)
         metrics["advantage/abs_mean"] = _masked_mean(advantages.abs(), batch.loss_mask)
 
@@ -174,7 +190,7 @@ class Learners(Protocol):
 
     def train_on(self, groups: list[TrajectoryGroup], step: int) -> dict[str, float]: ...
 
-    def sync_weights(self, version: int) -> dict[str, float]:
+    async def sync_weights(self, version: int) -> dict[str, float]:
         """Load the policy's current weights into the run's engines as ``version``; sync metrics."""
         ...
 
@@ -199,22 +215,17 @@ class LocalLearners:
     """``Learners`` for ``placement.backend=local``: this process's ``Learner`` (one data-parallel
     rank of ``trainer.num_processes``), run on the compute thread, and rank 0's engine."""
 
-    def __init__(
-        self,
-        learner: Learner,
-        engine: InferenceEngine | None,
-        run: Callable[[Coroutine[Any, Any, Any]], Any],
-    ) -> None:
-        self.learner, self.engine, self.run = learner, engine, run
+    def __init__(self, learner: Learner, engine: InferenceEngine | None) -> None:
+        self.learner, self.engine = learner, engine
 
     def train_on(self, groups: list[TrajectoryGroup], step: int) -> dict[str, float]:
         return on_compute_thread(self.learner.train_on, groups, step)
 
-    def sync_weights(self, version: int) -> dict[str, float]:
+    async def sync_weights(self, version: int) -> dict[str, float]:
         # Every rank gathers (a collective under FSDP2; LoRA merges are math), rank 0's engine loads.
-        weights = on_compute_thread(self.learner.named_weights)
+        weights = await asyncio.to_thread(on_compute_thread, self.learner.named_weights)
         if self.engine is not None:
-            self.run(self.engine.update_weights(weights, version))
+            await self.engine.update_weights(weights, version)
         return {}
 
     def max_logprob_gap(self, trajectories: list[Trajectory]) -> float:

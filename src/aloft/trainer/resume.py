@@ -1,7 +1,8 @@
 """Checkpoint contents of a run and exact resume.
 
 ``checkpoints/step_<n>/`` holds: ``policy.safetensors`` (+ ``policy_optim.pt``), the critic's
-likewise, and ``trainer_state.pt`` (step, loader cursor, the python / numpy / torch RNG states).
+likewise, and ``trainer_state.pt`` (step, loader cursor, the python / numpy / torch RNG states, and
+the execution plan's state: a prefetched batch, an asynchronous buffer).
 Everything a step depends on is either in there or derived from (seed, step), so a run killed at any
 moment and started again with the same command continues exactly where the checkpoint left it.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -22,9 +24,14 @@ def checkpoints(c: Components) -> CheckpointManager:
     return CheckpointManager(c.run_dir / "checkpoints", keep=c.cfg.trainer.keep_checkpoints)
 
 
-def save_checkpoint(c: Components, step: int) -> Path | None:
+def save_checkpoint(
+    c: Components, step: int, plan_state: Any = None, loader_state: dict[str, Any] | None = None
+) -> Path | None:
     """Write a checkpoint (on the main rank; under a data-parallel strategy every rank must call this,
-    as gathering the full weights and optimizer state is a collective). Returns its directory."""
+    as gathering the full weights and optimizer state is a collective). Returns its directory.
+
+    ``plan_state``: what the execution plan needs to resume (pickled); ``loader_state``: the
+    loader's cursor as of that state (default: now)."""
     if not c.is_main:
         c.learners.write_state(None)
         return None
@@ -34,7 +41,8 @@ def save_checkpoint(c: Components, step: int) -> Path | None:
         torch.save(
             {
                 "step": step,
-                "loader": c.loader.state_dict(),
+                "loader": loader_state if loader_state is not None else c.loader.state_dict(),
+                "plan": plan_state,
                 "rng": {
                     "python": random.getstate(),
                     "numpy": np.random.get_state(),
@@ -47,8 +55,9 @@ def save_checkpoint(c: Components, step: int) -> Path | None:
     return checkpoints(c).save(step, write)
 
 
-def load_checkpoint(c: Components) -> int | None:
-    """Restore the latest checkpoint into the components; returns its step (None: fresh run)."""
+def load_checkpoint(c: Components) -> tuple[int, Any] | None:
+    """Restore the latest checkpoint into the components; returns its step and the plan's state
+    (None: a fresh run)."""
     latest = checkpoints(c).latest()
     if latest is None:
         return None
@@ -58,4 +67,4 @@ def load_checkpoint(c: Components) -> int | None:
     random.setstate(state["rng"]["python"])
     np.random.set_state(state["rng"]["numpy"])
     torch.set_rng_state(state["rng"]["torch"])
-    return int(state["step"])
+    return int(state["step"]), state.get("plan")

@@ -48,3 +48,9 @@ def sampler_logprob_diff(train_logprobs: torch.Tensor, batch: TrainBatch) -> flo
     """Mean |trainer logprob - sampler logprob| over policy tokens."""
     mask = batch.loss_mask
     return float(((train_logprobs - batch.sampler_logprobs).abs() * mask).sum() / mask.sum().clamp(min=1))
+
+
+def staleness_metrics(trajectories: list[Trajectory], version: int) -> dict[str, float]:
+    """How many policy versions old the samples are when ``version`` trains on them (0: on-policy)."""
+    ages = [version - t.policy_version for t in trajectories]
+    return {"async/staleness_mean": fmean(ages), "async/staleness_max": float(max(ages))}

@@ -1,27 +1,20 @@
-"""The synchronous RL loop (DESIGN.md §1), top to bottom.
+"""The Trainer: the stages of an RL step, run under an execution plan (DESIGN.md §1).
 
-    for step in 1..max_steps:
-        rows          <- loader.next_batch()                      prompts (cursor is checkpointed)
-        groups        <- generator(rows, n)                       trajectories, rewards (engine + envs)
-        batch         <- collate(groups)                          [B, P+T] tensors, loss_mask
-        old, ref, V   <- policy / reference / critic forward       (skipped when not needed)
-        A, returns    <- advantage_estimator(rewards, mask, groups, V)
-        policy.update(batch, A); critic.update(batch, returns)    clipped policy loss, value loss
-        engine.update_weights(policy weights, version=step)       weight sync
-        log metrics; eval every N steps; checkpoint every N steps
-
-Execution plans that overlap generation and training (one-step-off, fully async) reuse these same
-pieces: ``rollout``, ``train_on`` and ``sync_weights`` are separate methods for that reason. Where the
-workers and engines run (this process, local ranks, Ray actors) is behind ``Components.learners``
-and ``Components.engine``; the loop is the same for all of them.
+The stages are methods: ``generate_batch`` (prompts -> trajectory groups, engine + envs),
+``update`` (advantages, policy and critic update, aloft.trainer.learner), ``sync_weights`` (policy
+-> engines) and ``end_step`` (metrics, rollouts, eval, checkpoint). An execution plan
+(aloft.trainer.plans, ``trainer.plan``) composes them: ``sync`` runs them one after another, the
+way the algorithm box in aloft/trainer/plans/sync.py reads; ``one_step_off`` and ``fully_async``
+overlap generation with updates. Where the workers and engines run (this process, local ranks, Ray
+actors) is behind ``Components.learners`` and ``Components.engine``; no stage knows.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,19 +28,18 @@ from aloft.models.compute_thread import on_compute_thread
 from aloft.rollout.generator import _mix
 from aloft.trainer.components import Components, build_components
 from aloft.trainer.evaluation import evaluate
+from aloft.trainer.plans import Batch, make_plan
 from aloft.trainer.resume import load_checkpoint, save_checkpoint
-from aloft.trainer.step_metrics import rollout_metrics
+from aloft.trainer.step_metrics import rollout_metrics, staleness_metrics
 from aloft.types import GenerationRequest, RolloutStatus, SamplingParams, Trajectory, TrajectoryGroup
 
 
-@dataclass
-class StepResult:
-    metrics: dict[str, float]
-    groups: list[TrajectoryGroup]
-
-
 class Trainer:
-    """Owns a run directory and runs the synchronous plan; rerunning it resumes."""
+    """Owns a run directory and runs its execution plan (``trainer.plan``); rerunning it resumes.
+
+    The plan decides when to generate, update and sync (aloft.trainer.plans); the stages it
+    composes are the methods below: ``generate_batch``, ``update``, ``sync_weights``, ``end_step``.
+    """
 
     def __init__(self, config: AloftConfig) -> None:
         self.cfg = config
@@ -62,108 +54,74 @@ class Trainer:
         # Data-parallel ranks other than 0 only train: rank 0 generates, evaluates, logs and writes.
         self.is_main = self.c.is_main
         self.step = 0
+        self.plan = make_plan(config.trainer.plan)
+        self.last: dict[str, float] = {}
+        self.resumed_plan_state: Any = None
+        """What the plan saved with the checkpoint this run resumed from (a prefetched batch, a buffer)."""
         resumed = on_compute_thread(load_checkpoint, self.c)
         if resumed is not None:
-            self.step = resumed
-            self.sync_weights(version=self.step)
+            self.step, self.resumed_plan_state = resumed
+            self.c.run(self.sync_weights(version=self.step))
         if self.is_main:
-            self.c.open_loggers(resume_step=resumed)
+            self.c.open_loggers(resume_step=resumed[0] if resumed else None)
+        self.bar: Any = None
 
-    # ---------------------------------------------------------------- the loop
+    # ---------------------------------------------------------------- the run
     def fit(self) -> dict[str, float]:
         cfg, c = self.cfg.trainer, self.c
-        last: dict[str, float] = {}
         if self.step == 0 and cfg.eval_before_training and self.is_main:
-            last.update(self.run_eval())
-        bar = tqdm(
+            self.last.update(c.run(self.run_eval()))
+        self.bar = tqdm(
             total=cfg.max_steps,
             initial=self.step,
             disable=not (cfg.progress_bar and self.is_main),
             desc=cfg.name,
             unit="step",
         )
-        while self.step < cfg.max_steps:
-            self.step += 1
-            t0 = time.perf_counter()
-
-            rows, groups, sampling_stats = self.rollout(self.step) if self.is_main else ([], [], {})
-            groups = self.share_groups(groups)
-            t_gen = time.perf_counter()
-
-            c.learners.enter_training()  # colocated on Ray: engines sleep, the learner's state comes back
-            train_metrics = self.train_on(groups, self.step)
-            c.learners.enter_generation()
-            t_train = time.perf_counter()
-
-            sync_metrics = self.sync_weights(version=self.step, probe=groups)
-            t_sync = time.perf_counter()
-
-            trajectories = [t for g in groups for t in g.trajectories]
-            tokens = sum(len(t.prompt_ids) + len(t.completion_ids) for t in trajectories)
-            metrics = {
-                **rollout_metrics(trajectories),
-                **sampling_stats,
-                **train_metrics,
-                **sync_metrics,
-                "timing/step_s": t_sync - t0,
-                "timing/generate_s": t_gen - t0,
-                "timing/train_s": t_train - t_gen,
-                "timing/sync_s": t_sync - t_train,
-                "throughput/tokens_per_s": tokens / (t_sync - t0),
-                "policy_version": float(self.step),
-            }
-            c.logger.log(metrics, self.step)
-            if cfg.save_rollouts and self.is_main:
-                self._save_rollouts(groups)
-            last.update(metrics)
-            if (
-                cfg.eval_every and self.step % cfg.eval_every == 0 or self.step == cfg.max_steps
-            ) and self.is_main:
-                last.update(self.run_eval())
-            if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 or self.step == cfg.max_steps:
-                on_compute_thread(save_checkpoint, c, self.step)
-            bar.update(1)
-            bar.set_postfix(
-                reward=f"{metrics['reward/mean']:.3f}",
-                eval=f"{last.get('eval/reward/mean', float('nan')):.3f}",
-            )
-        bar.close()
+        c.run(self.plan.run(self))
+        self.bar.close()
         if cfg.export_final:
             on_compute_thread(c.export_policy)
         c.logger.close()
         c.settle()
-        return last
+        return self.last
 
-    # ---------------------------------------------------------------- stages
-    def rollout(self, step: int) -> tuple[list[Any], list[TrajectoryGroup], dict[str, float]]:
-        """Sample prompts and generate their groups; with dynamic sampling, refill dropped groups."""
+    # ---------------------------------------------------------------- stages (what plans compose)
+    async def generate_batch(self, step: int) -> Batch:
+        """Draw a step's prompts and generate their groups (rank 0; other data-parallel ranks receive
+        rank 0's groups). With dynamic sampling, refill dropped groups."""
+        if not self.is_main:
+            return Batch([], self.share_groups([]))
         algo, c = self.cfg.algorithm, self.c
         want = self.cfg.trainer.prompts_per_step
         rows = c.loader.next_batch()
-        groups = self._generate(rows, step, round_=0)
+        groups = await self._generate(rows, step, round_=0)
         stats: dict[str, float] = {}
         if algo.dynamic_sampling:
             kept, dropped = drop_zero_variance_groups(groups)
             rounds = 1
             while len(kept) < want and rounds < algo.max_sampling_rounds:
                 more_rows = c.loader.next_batch()
-                more, more_dropped = drop_zero_variance_groups(self._generate(more_rows, step, round_=rounds))
+                more, more_dropped = drop_zero_variance_groups(await self._generate(more_rows, step, rounds))
                 kept += more
                 dropped += more_dropped
                 rows += more_rows
                 rounds += 1
             groups = kept[:want] if kept else groups  # never train on nothing: fall back to the raw batch
             stats = {"sampling/dropped_groups": float(dropped), "sampling/rounds": float(rounds)}
-        if algo.overlong_buffer_len:
-            groups = apply_soft_overlong_penalty(
-                groups,
-                self.cfg.generator.max_new_tokens * self.cfg.generator.max_turns,
-                algo.overlong_buffer_len,
-                algo.overlong_penalty_factor,
-            )
-        return rows, groups, stats
+        return Batch(rows, self.share_groups(self.shape_rewards(groups)), stats)
 
-    def _sampling(self, temperature: float) -> SamplingParams:
+    def shape_rewards(self, groups: list[TrajectoryGroup]) -> list[TrajectoryGroup]:
+        """Reward shaping that needs the whole trajectory (DAPO's soft overlong penalty)."""
+        algo = self.cfg.algorithm
+        if not algo.overlong_buffer_len:
+            return groups
+        budget = self.cfg.generator.max_new_tokens * self.cfg.generator.max_turns
+        return apply_soft_overlong_penalty(
+            groups, budget, algo.overlong_buffer_len, algo.overlong_penalty_factor
+        )
+
+    def sampling(self, temperature: float) -> SamplingParams:
         gen = self.cfg.generator
         return SamplingParams(
             max_tokens=gen.max_new_tokens,
@@ -173,18 +131,34 @@ class Trainer:
             stop=gen.stop,
         )
 
-    def _generate(self, rows: list[Any], step: int, round_: int) -> list[TrajectoryGroup]:
-        gen = self.cfg.generator
-        sampling = self._sampling(gen.temperature)
-        seed = _mix(self.cfg.trainer.seed, step, round_)
-        return self.c.run(
-            self.c.generator.generate(
-                rows, n=gen.n_samples, sampling=sampling, seed=seed, group_prefix=f"s{step}r{round_}g"
-            )
+    async def _generate(self, rows: list[Any], step: int, round_: int) -> list[TrajectoryGroup]:
+        return await self.generate_groups(
+            rows, seed=_mix(self.cfg.trainer.seed, step, round_), prefix=f"s{step}r{round_}g"
         )
 
+    async def generate_groups(self, rows: list[Any], seed: int, prefix: str) -> list[TrajectoryGroup]:
+        """``generator.n_samples`` trajectories for each row; ``seed`` fixes the sampling."""
+        gen = self.cfg.generator
+        assert self.c.generator is not None, "only the main rank generates"
+        return await self.c.generator.generate(
+            rows, n=gen.n_samples, sampling=self.sampling(gen.temperature), seed=seed, group_prefix=prefix
+        )
+
+    async def update(self, groups: list[TrajectoryGroup], step: int) -> dict[str, float]:
+        """Advantages and one policy (and critic) update on a step's groups (aloft.trainer.learner),
+        in a worker thread, so that generation can go on meanwhile on this event loop."""
+
+        def train() -> dict[str, float]:
+            self.c.learners.enter_training()  # colocated on Ray: engines sleep, the learner's state comes back
+            try:
+                return self.c.learners.train_on(groups, step)
+            finally:
+                self.c.learners.enter_generation()
+
+        return await asyncio.to_thread(train)
+
     def train_on(self, groups: list[TrajectoryGroup], step: int) -> dict[str, float]:
-        """Advantages and one policy (and critic) update on a step's groups (aloft.trainer.learner)."""
+        """The update alone, blocking (for tests and tools that drive the stages by hand)."""
         return self.c.learners.train_on(groups, step)
 
     def share_groups(self, groups: list[TrajectoryGroup]) -> list[TrajectoryGroup]:
@@ -195,23 +169,35 @@ class Trainer:
         on_compute_thread(lambda: dist.broadcast_object_list(box, src=0))  # collectives stay on one thread
         return box[0]
 
-    def sync_weights(self, version: int, probe: list[TrajectoryGroup] | None = None) -> dict[str, float]:
+    async def sync_weights(
+        self, version: int, probe: list[TrajectoryGroup] | None = None, in_flight: bool = False
+    ) -> dict[str, float]:
         """Load the policy into the engines; with ``placement.verify_sync``, check the engine now
-        samples with the trainer's logprobs (a probe completion of the first of ``probe``'s prompts)."""
-        metrics = self.c.learners.sync_weights(version)
+        samples with the trainer's logprobs (a probe completion of the first of ``probe``'s prompts).
+
+        ``in_flight``: generation is running; engines pause (finish the batch they run, start no
+        new one) while the weights load, and resume with them."""
+        engine = self.c.engine if in_flight and self.is_main else None
+        if engine is not None:
+            await engine.pause()
+        try:
+            metrics = await self.c.learners.sync_weights(version)
+        finally:
+            if engine is not None:
+                await engine.resume()
         if self.cfg.placement.verify_sync and probe is not None:
-            metrics["sync/logprob_max_gap"] = self._sync_gap(probe, version)
+            metrics["sync/logprob_max_gap"] = await self.sync_gap(probe, version)
         return metrics
 
-    def _sync_gap(self, groups: list[TrajectoryGroup], version: int) -> float:
+    async def sync_gap(self, groups: list[TrajectoryGroup], version: int) -> float:
+        """Largest |engine sampler logprob - trainer logprob| on a fresh probe completion."""
         probe: list[TrajectoryGroup] = []
         if self.is_main:
             first = next(t for g in groups for t in g.trajectories if t.prompt_ids)
-            sampling = self._sampling(self.cfg.generator.temperature)
+            sampling = self.sampling(self.cfg.generator.temperature)
             sampling.max_tokens, sampling.seed = min(sampling.max_tokens, 16), version
-            [completion] = self.c.run(
-                self.c.engine.generate([GenerationRequest(prompt_ids=first.prompt_ids, sampling=sampling)])
-            )
+            request = GenerationRequest(prompt_ids=first.prompt_ids, sampling=sampling)
+            [completion] = await self.c.engine.generate([request])
             trajectory = Trajectory(
                 prompt_ids=first.prompt_ids,
                 completion_ids=completion.token_ids,
@@ -223,22 +209,56 @@ class Trainer:
             )
             probe = [TrajectoryGroup(group_id="sync-probe", trajectories=[trajectory])]
         probe = self.share_groups(probe)  # every data-parallel rank takes part in the logprob pass
-        return self.c.learners.max_logprob_gap(probe[0].trajectories)
+        return await asyncio.to_thread(self.c.learners.max_logprob_gap, probe[0].trajectories)
 
-    def run_eval(self) -> dict[str, float]:
+    async def end_step(
+        self, step: int, batch: Batch, metrics: dict[str, float], plan_state: Any = None
+    ) -> dict[str, float]:
+        """Bookkeeping after step ``step``'s update and sync: metrics, rollouts, eval, checkpoint.
+        ``plan_state`` (or a function returning it, called only when a checkpoint is written) goes
+        into the checkpoint: what the plan needs to resume exactly."""
+        cfg, c = self.cfg.trainer, self.c
+        self.step = step
+        trajectories = [t for g in batch.groups for t in g.trajectories]
+        tokens = sum(len(t.prompt_ids) + len(t.completion_ids) for t in trajectories)
+        metrics = {
+            **rollout_metrics(trajectories),
+            **staleness_metrics(trajectories, version=step - 1),
+            **batch.stats,
+            **metrics,
+            "throughput/tokens_per_s": tokens / max(metrics.get("timing/step_s", 0.0), 1e-9),
+            "policy_version": float(step),
+        }
+        c.logger.log(metrics, step)
+        if cfg.save_rollouts and self.is_main:
+            self._save_rollouts(batch.groups)
+        self.last.update(metrics)
+        if (cfg.eval_every and step % cfg.eval_every == 0 or step == cfg.max_steps) and self.is_main:
+            self.last.update(await self.run_eval())
+        if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 or step == cfg.max_steps:
+            # The plan's state and the loader's cursor are taken together, here on the event loop
+            # (an asynchronous plan's producer draws prompts on it), then written from a thread.
+            state = plan_state() if callable(plan_state) else plan_state
+            loader = c.loader.state_dict()
+            await asyncio.to_thread(on_compute_thread, save_checkpoint, c, step, state, loader)
+        self.bar.update(1)
+        self.bar.set_postfix(
+            reward=f"{metrics['reward/mean']:.3f}",
+            eval=f"{self.last.get('eval/reward/mean', float('nan')):.3f}",
+        )
+        return metrics
+
+    async def run_eval(self) -> dict[str, float]:
         c, gen = self.c, self.cfg.generator
         if not c.eval_rows:
             return {}
         t0 = time.perf_counter()
-        sampling = self._sampling(gen.eval_temperature)
-        metrics, _ = self.c.run(
-            evaluate(
-                c.generator,
-                c.eval_rows,
-                n=gen.eval_n_samples,
-                sampling=sampling,
-                seed=self.cfg.trainer.seed + 10_007,
-            )
+        metrics, _ = await evaluate(
+            c.generator,
+            c.eval_rows,
+            n=gen.eval_n_samples,
+            sampling=self.sampling(gen.eval_temperature),
+            seed=self.cfg.trainer.seed + 10_007,
         )
         metrics["timing/eval_s"] = time.perf_counter() - t0
         c.logger.log(metrics, self.step)

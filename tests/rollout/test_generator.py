@@ -182,3 +182,36 @@ def test_lockstep_gives_the_engine_the_same_batches_every_run(tokenizer):
         runs.append(engine.calls)
     assert runs[0] == runs[1]
     assert [len(call) for call in runs[0]] == [8, 8]  # every live episode's turn in one call
+
+
+def test_a_weight_update_between_turns_starts_a_new_segment(tiny_model_dir, tokenizer):
+    """In-flight updates (fully_async): turn 1 samples with version 0, the weights change while
+    the slow tool runs, turn 2 samples with version 1; the trajectory records both segments."""
+    engine = make_engine("hf", model_or_path=tiny_model_dir, tokenizer=tokenizer, dtype="float32")
+    gen = Generator(engine, tokenizer, limits=EpisodeLimits(max_turns=2, max_total_tokens=64))
+    weights = [(name, tensor.clone()) for name, tensor in engine.model.state_dict().items()]
+
+    async def run():
+        async def update_during_the_tool_call():
+            await asyncio.sleep(0.1)  # turn 1 is sampled; every episode is inside its 0.2 s tool call
+            await engine.pause()
+            await engine.update_weights(weights, version=1)
+            await engine.resume()
+
+        updating = asyncio.create_task(update_during_the_tool_call())
+        groups = await gen.generate(
+            rows(3, "test_slow_tool"), n=2, sampling=SamplingParams(max_tokens=4), seed=0
+        )
+        await updating
+        return groups
+
+    try:
+        groups = asyncio.run(run())
+    finally:
+        engine.close()
+    for trajectory in (t for g in groups for t in g.trajectories):
+        assert trajectory.info["segment_versions"] == [0, 1]
+        assert trajectory.policy_version == 0  # a trajectory is as old as its oldest segment
+        (a, b), (c, d) = trajectory.info["segments"]
+        assert b <= c and all(trajectory.loss_mask[a:b]) and all(trajectory.loss_mask[c:d])
+        assert sum(trajectory.loss_mask) == (b - a) + (d - c)

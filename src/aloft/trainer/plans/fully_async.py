@@ -80,7 +80,8 @@ class FullyAsync:
         finally:
             producer.cancel()
             await asyncio.gather(producer, return_exceptions=True)
-            # Groups still generating are abandoned (their prompts are in the last checkpoint).
+            # Groups still generating finish (an engine cannot drop a request mid-batch) and are
+            # discarded; their prompts are pending in the last checkpoint, for a longer rerun.
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
     # ---------------------------------------------------------------- the trainer's side

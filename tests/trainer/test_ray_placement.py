@@ -107,3 +107,7 @@ def test_fsdp2_learners_on_ray_resume_exactly(tiny_overrides):
     train(resumed.model_copy(update={"trainer": resumed.trainer.model_copy(update={"max_steps": 1})}))
     train(resumed)  # picks up after step 1's checkpoint
     assert_same_steps(steps(straight), steps(resumed))
+    # The gathered weights go once each: the tied embedding is not sent a second time as lm_head.
+    one_process = config(tiny_overrides, "one", "placement.backend=ray", "trainer.max_steps=1")
+    train(one_process)
+    assert steps(straight)[0]["sync/gigabytes"] == steps(one_process)[0]["sync/gigabytes"]

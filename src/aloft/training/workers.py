@@ -405,11 +405,13 @@ class PolicyWorker(_Trainable):
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Parameters under the plain HF names (LoRA merged) for the inference engine."""
         if not self.lora:
-            # Tied weights (embedding = LM head) appear under two names; the engine needs one.
+            # Tied weights (embedding = LM head) appear under two names; the engine needs one. A
+            # gathered (FSDP2) state dict holds them as two copies, so the model's own tying decides.
+            aliases = _tied_aliases(self.model)
             seen: set[tuple[int, tuple[int, ...]]] = set()
             for name, tensor in self.full_state_dict().items():
                 key = (tensor.data_ptr(), tuple(tensor.shape))
-                if key in seen:
+                if key in seen or name in aliases:
                     continue
                 seen.add(key)
                 yield name, tensor
@@ -528,6 +530,19 @@ class CriticWorker(_Trainable):
                     totals[f"critic/{k}"] += float(v) / len(micro_batches)
             totals["critic/grad_norm"] += self._step()
         return {k: v / len(mini_batches) for k, v in totals.items()}
+
+
+def _tied_aliases(model: nn.Module) -> set[str]:
+    """Parameter names that are a second name of an earlier parameter (``lm_head.weight`` when the
+    embeddings are tied)."""
+    first: dict[int, str] = {}
+    aliases = set()
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        if id(parameter) in first:
+            aliases.add(name)
+        else:
+            first[id(parameter)] = name
+    return aliases
 
 
 def _pad_cat(chunks: list[torch.Tensor], width: int) -> torch.Tensor:

@@ -95,8 +95,9 @@ def test_logprobs_and_entropy_in_one_pass_match_the_separate_functions(dtype):
         )
         assert not fused_entropy.requires_grad
         (fused_logprobs * weights).sum().backward()
-        assert torch.equal(fused_logprobs, logprobs)  # same ops: the same bits
-        assert torch.equal(fused.grad, separate.grad)
+        # A fused softmax (entropy as a metric): the same values up to float32 rounding.
+        torch.testing.assert_close(fused_logprobs, logprobs, atol=2e-6, rtol=1e-6)
+        torch.testing.assert_close(fused.grad, separate.grad, atol=2e-6, rtol=1e-5)
         torch.testing.assert_close(fused_entropy, entropy, atol=1e-5, rtol=1e-5)
     # entropy_grad=True: the entropy is differentiable like entropy_from_logits
     logits = base.float().requires_grad_()

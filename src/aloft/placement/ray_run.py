@@ -57,7 +57,7 @@ class RayEngines:
         goes through ``RayLearners.sync_weights`` instead."""
         weights = weights if isinstance(weights, str) else list(dict(weights).items())
         await asyncio.gather(*(actor.update_weights.remote(weights, version) for actor in self.actors))
-        self._version = version
+        self.loaded(version)
 
     async def sleep(self) -> None:
         await asyncio.gather(*(actor.sleep.remote() for actor in self.actors))
@@ -70,6 +70,10 @@ class RayEngines:
 
     async def resume(self) -> None:
         await asyncio.gather(*(actor.resume.remote() for actor in self.actors))
+
+    def loaded(self, version: int) -> None:
+        """Every engine now holds ``version`` (a broadcast sync from the learners finished)."""
+        self._version = version
 
     def close(self) -> None:
         """The actors belong to ``RayPlacement``, which ends them."""
@@ -98,7 +102,7 @@ class RayLearners:
         loads = [engine.receive_weights.remote(version) for engine in self.engines]
         metrics = (await asyncio.gather(*sends))[0]
         load_seconds = max(await asyncio.gather(*loads))
-        self.engine_handle._version = version
+        self.engine_handle.loaded(version)
         return {**metrics, "sync/load_s": load_seconds, "sync/total_s": time.perf_counter() - started}
 
     def max_logprob_gap(self, trajectories: list[Trajectory]) -> float:

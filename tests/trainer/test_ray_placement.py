@@ -8,24 +8,9 @@ import pytest
 from aloft.config import load_config
 from aloft.tracking import read_metrics
 from aloft.trainer.trainer import Trainer, run_dir_of, train
+from tests.trainer.test_parallel_training import BASE as PARALLEL_BASE
 
-BASE = [
-    "data.builder=arithmetic",
-    "data.train_size=32",
-    "data.eval_size=0",
-    "env=test_digits",  # partial credit: the tiny model's rewards vary, so every step moves the weights
-    "trainer.imports=[tests.trainer.envs]",
-    "generator.max_new_tokens=10",
-    "generator.max_total_tokens=10",
-    "generator.n_samples=4",
-    "trainer.prompts_per_step=4",
-    "trainer.eval_every=0",
-    "trainer.deterministic=true",
-    "trainer.max_steps=2",
-    "optim.lr=1e-3",
-    "optim.micro_batch_size=4",
-    "placement.verify_sync=true",
-]
+BASE = [*PARALLEL_BASE, "trainer.max_steps=2", "placement.verify_sync=true"]
 COMPARED = ("reward/mean", "policy/loss", "policy/grad_norm", "completion/mean_len")
 
 

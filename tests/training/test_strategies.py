@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import random
 
 import pytest
@@ -142,10 +141,6 @@ def _deepspeed_rank(rank: int, port: int, model_dir: str, out: str) -> None:
         dist.destroy_process_group()
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("deepspeed") is None,
-    reason="deepspeed not installed: pip install -e .[deepspeed]",
-)
 def test_deepspeed_zero3_two_ranks_equal_the_single_process_update(tiny_model_dir, tmp_path):
     """ZeRO-3 on 2 gloo ranks, two micro-batches per rank (DeepSpeed's gradient accumulation)."""
     out = tmp_path / "deepspeed.pt"

@@ -12,7 +12,9 @@ times, with completions of random tokens whose lengths are drawn uniformly from
 samples together), as the trainer collates them.
 
 What is timed: ``PolicyWorker.update`` on the whole batch as one mini-batch (forward, backward and the
-AdamW step), the policy's training path in ``aloft train``, best of ``--repeats`` after one warm-up.
+AdamW step), the policy's training path in ``aloft train``. After one warm-up each, the two layouts
+take turns for ``--repeats`` rounds (see ``time_interleaved``); the table gives the median seconds
+and the median of the per-round ratios.
 Same model, same batch, same loss (PPO clip, token mean) on both sides; the only difference is how
 micro-batches are formed:
 
@@ -20,7 +22,8 @@ micro-batches are formed:
   longest completion (padding columns nobody in the micro-batch needs are trimmed), with the default
   ``optim.share_prompts`` (a group's prompt forwarded once).
 - ``packed``: ``optim.packing=true``: each micro-batch's sequences end to end in one row, no padding,
-  micro-batches cut at ``--micro-batch-tokens`` real tokens.
+  a group's prompt laid out once (the same ``optim.share_prompts``), micro-batches cut at
+  ``--micro-batch-tokens`` real tokens.
 
 tok/s = real tokens (prompts + completions, no padding) / seconds; ``positions`` counts the token
 positions each side runs through the model. Precision: ``--precision auto`` is bf16 autocast where
@@ -33,8 +36,10 @@ import argparse
 import json
 import random
 import shutil
+import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +77,8 @@ def make_batch(tokenizer: Any, args: argparse.Namespace) -> Any:
     return collate(trajectories, tokenizer.pad_token_id or 0, {str(p): p for p in range(args.prompts)})
 
 
-def time_update(model_path: str, batch: Any, settings: Any, repeats: int) -> float:
-    """Best wall time of ``PolicyWorker.update`` on ``batch`` (one mini-batch), after one warm-up."""
+def make_update(model_path: str, batch: Any, settings: Any) -> Callable[[], float]:
+    """A function running one ``PolicyWorker.update`` on ``batch`` (one mini-batch), returning seconds."""
     import torch
 
     from aloft.config.schema import AlgorithmConfig
@@ -97,16 +102,39 @@ def time_update(model_path: str, batch: Any, settings: Any, repeats: int) -> flo
         )
         return time.perf_counter() - started
 
-    update()
-    return min(update() for _ in range(repeats))
+    return update
+
+
+def time_interleaved(updates: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
+    """Seconds of each update over ``rounds`` rounds, after one warm-up each.
+
+    The layouts take turns within every round, in alternating order (ABBA...): this machine's speed
+    drifts by tens of percent over a minute, and a layout timed only while it is slow would carry
+    the drift into the ratio. Ratios are then taken within a round.
+    """
+    for update in updates.values():
+        update()
+    seconds: dict[str, list[float]] = {label: [] for label in updates}
+    order = list(updates)
+    for round_ in range(rounds):
+        for label in order if round_ % 2 == 0 else reversed(order):
+            seconds[label].append(updates[label]())
+    return seconds
 
 
 def positions(batch: Any, micro_batching: Any, packed: bool) -> int:
-    """Token positions run through the model: padded micro-batch areas, or real tokens when packed."""
+    """Token positions run through the model: padded micro-batch areas, or the packed rows' lengths.
+
+    (Padded counts every row's prompt columns, though ``share_prompts`` runs a group's prompt once.)
+    """
+    from aloft.training.packing import pack_rows
+
     total = 0
     for rows in micro_batching.split(batch):
         micro = batch.select(rows)
-        total += int(micro.attention_mask.sum()) if packed else micro.input_ids.numel()
+        total += (
+            pack_rows(micro, share_prompts=True).input_ids.shape[1] if packed else micro.input_ids.numel()
+        )
     return total
 
 
@@ -121,7 +149,7 @@ def bench_model(name: str, model_path: str, args: argparse.Namespace) -> dict[st
     bf16 = fast_dtype("cpu") == torch.bfloat16 if args.precision == "auto" else args.precision == "bf16"
     batch = make_batch(load_tokenizer(model_path), args)
     real_tokens = int(batch.attention_mask.sum())
-    rows = []
+    updates, micro_batchings = {}, {}
     for label, packing in (("padded", False), ("packed", True)):
         settings = OptimSettings(
             lr=1e-6,
@@ -130,19 +158,27 @@ def bench_model(name: str, model_path: str, args: argparse.Namespace) -> dict[st
             packing=packing,
             bf16_autocast=bf16,
         )
-        # All model work on aloft's compute thread (one OpenMP team, see aloft.models.compute_thread).
-        seconds = on_compute_thread(time_update, model_path, batch, settings, args.repeats)
+        updates[label] = make_update(model_path, batch, settings)
+        micro_batchings[label] = settings.micro_batching
+    # All model work on aloft's compute thread (one OpenMP team, see aloft.models.compute_thread).
+    seconds = on_compute_thread(time_interleaved, updates, args.repeats)
+    rows = []
+    for label in updates:
+        micro_batching = micro_batchings[label]
+        median = statistics.median(seconds[label])
+        ratios = [pad / mine for pad, mine in zip(seconds["padded"], seconds[label])]
         rows.append(
             {
                 "layout": label,
-                "micro_batches": len(settings.micro_batching.split(batch)),
-                "positions": positions(batch, settings.micro_batching, packing),
-                "seconds": seconds,
-                "tok_per_s": real_tokens / seconds,
+                "micro_batches": len(micro_batching.split(batch)),
+                "positions": positions(batch, micro_batching, label == "packed"),
+                "seconds": median,
+                "seconds_per_round": seconds[label],
+                "tok_per_s": real_tokens / median,
+                "ratio_vs_padded": statistics.median(ratios),
+                "ratio_per_round": ratios,
             }
         )
-    for row in rows:
-        row["ratio_vs_padded"] = row["tok_per_s"] / rows[0]["tok_per_s"]
     return {
         "model": name,
         "precision": "bf16" if bf16 else "fp32",
@@ -163,6 +199,7 @@ def format_table(results: list[dict[str, Any]]) -> str:
         "seconds",
         "tok/s",
         "vs padded",
+        "per round",
     )
     lines = [header]
     for result in results:
@@ -178,6 +215,7 @@ def format_table(results: list[dict[str, Any]]) -> str:
                     f"{row['seconds']:.2f}",
                     f"{row['tok_per_s']:.0f}",
                     f"{row['ratio_vs_padded']:.2f}x",
+                    " ".join(f"{ratio:.2f}" for ratio in row["ratio_per_round"]),
                 )
             )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
@@ -198,7 +236,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--micro-batch-size", type=int, default=8, help="rows per padded micro-batch")
     parser.add_argument("--micro-batch-tokens", type=int, default=4096, help="tokens per packed micro-batch")
     parser.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"))
-    parser.add_argument("--repeats", type=int, default=2, help="timed updates per layout (best counts)")
+    parser.add_argument("--repeats", type=int, default=4, help="rounds of timed updates (medians count)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None, help="also write every figure to this JSON file")
     args = parser.parse_args(argv)
@@ -241,7 +279,7 @@ def main(argv: list[str] | None = None) -> None:
     print()
     print(
         "tok/s = real (unpadded) prompt + completion tokens / seconds of one PolicyWorker.update "
-        "(forward, backward, AdamW); target (issue 5): packed >= 1.5x padded."
+        "(forward, backward, AdamW), median of the rounds; target (issue 5): packed >= 1.5x padded."
     )
     if args.json:
         args.json.write_text(json.dumps({"benchmark": "packing", "results": results}, indent=2))

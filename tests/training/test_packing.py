@@ -55,15 +55,53 @@ def test_pack_rows_lays_real_tokens_end_to_end():
     assert packed.rows.tolist() == [0, 0, 1, 1, 1] and packed.columns.tolist() == [0, 1, 0, 1, 2]
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_packed_logits_loss_and_gradients_equal_padded(tiny_model_dir, seed):
+def test_pack_rows_shares_a_groups_prompt():
+    """Rows with the same prompt lay it out once; later rows attend to it as a prefix."""
+    rows = [
+        trajectory([11, 12], [21, 22]),
+        trajectory([11, 12], [23, 24, 25]),
+        trajectory([13], [26]),
+        trajectory([11, 12], [27]),
+    ]
+    packed = pack_rows(collate(rows, 0, {"g": 0}), share_prompts=True)
+    assert packed.input_ids.tolist() == [[11, 12, 21, 22, 23, 24, 25, 13, 26, 27]]
+    assert packed.position_ids.tolist() == [[0, 1, 2, 3, 2, 3, 4, 0, 1, 2]]
+    assert packed.boundaries.tolist() == [0, 4, 7, 9, 10]
+    assert packed.prefixes.tolist() == [[0, 0], [0, 2], [0, 0], [0, 2]]
+    # Row 1's first token (23) is predicted at the shared prompt's last token (12, position 1).
+    assert packed.logit_positions.tolist() == [1, 2, 1, 4, 5, 7, 1]
+    assert packed.rows.tolist() == [0, 0, 1, 1, 1, 2, 3]
+    unshared = pack_rows(collate(rows, 0, {"g": 0}))
+    assert unshared.input_ids.shape[1] == 14 and unshared.prefixes.tolist() == [[0, 0]] * 4
+
+
+def shared_prompt_batch(vocab: int, groups: int, samples: int, seed: int):
+    """``groups`` prompts (a chat-template-like common start, then random) x ``samples`` completions."""
+    rng = random.Random(seed)
+    trajectories = []
+    for g in range(groups):
+        prompt = [5, 6, 7] + [rng.randrange(3, vocab) for _ in range(rng.randint(1, 12))]
+        trajectories += [
+            trajectory(prompt, [rng.randrange(3, vocab) for _ in range(rng.randint(1, 24))], group=str(g))
+            for _ in range(samples)
+        ]
+    return collate(trajectories, pad_token_id=0, group_index={str(g): g for g in range(groups)})
+
+
+@pytest.mark.parametrize(
+    ("seed", "shared", "share_prompts"),
+    [(0, False, False), (1, False, False), (0, True, True), (1, True, False)],
+)
+def test_packed_logits_loss_and_gradients_equal_padded(tiny_model_dir, seed, shared, share_prompts):
+    """Packed (sharing a group's prompt or not) equals padded: logprobs, loss and every gradient."""
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).float()
-    batch = random_batch(model.config.vocab_size, rows=7, seed=seed)
+    vocab = model.config.vocab_size
+    batch = shared_prompt_batch(vocab, 3, 3, seed) if shared else random_batch(vocab, rows=7, seed=seed)
     advantages = torch.randn(batch.loss_mask.shape, generator=torch.Generator().manual_seed(seed))
     results = {}
     for packing in (False, True):
         model.zero_grad()
-        logits, targets, to_rows = token_logits(model, batch, share_prompts=False, packing=packing)
+        logits, targets, to_rows = token_logits(model, batch, share_prompts=share_prompts, packing=packing)
         logprobs = to_rows(logprobs_from_logits(logits, targets))
         loss = -(logprobs * advantages * batch.loss_mask).sum() / batch.loss_mask.sum()
         loss.backward()
@@ -140,3 +178,22 @@ def test_short_bf16_sequences_use_matmul_attention_with_the_same_result():
         half = _causal_attention(query.bfloat16(), key.bfloat16(), value.bfloat16(), 0.0, None)
         assert half.dtype == torch.bfloat16
         assert torch.allclose(half.float(), reference, atol=3e-2), length
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_to_a_shared_prefix_equals_attention_over_the_whole_sequence(dtype):
+    """A completion attending to a P-token prefix gets the last rows of causal attention over both."""
+    from aloft.training.packing import EAGER_MAX_LENGTH, _causal_attention
+
+    gen = torch.Generator().manual_seed(1)
+    prefix = 9
+    for length in (1, 5, EAGER_MAX_LENGTH, EAGER_MAX_LENGTH + 3):  # eager and SDPA paths under bf16
+        query = torch.randn((1, 6, prefix + length, 16), generator=gen)
+        key = torch.randn((1, 2, prefix + length, 16), generator=gen)
+        value = torch.randn((1, 2, prefix + length, 16), generator=gen)
+        whole = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, is_causal=True, enable_gqa=True
+        )
+        tail = _causal_attention(query[:, :, prefix:].to(dtype), key.to(dtype), value.to(dtype), 0.0, None)
+        atol = 3e-2 if dtype == torch.bfloat16 else 1e-5
+        assert torch.allclose(tail.float(), whole[:, :, prefix:], atol=atol), length

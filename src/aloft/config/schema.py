@@ -180,13 +180,15 @@ class OptimConfig(Section):
     """Sequences per forward/backward; the loss does not depend on it."""
     share_prompts: bool = True
     """Run each group's shared prompt through the model once per training forward (same loss and
-    gradients, fewer FLOPs; off when gradient checkpointing is on; no effect with packing)."""
+    gradients, fewer FLOPs). Padded: off when gradient checkpointing is on (it needs a KV cache).
+    Packed: the prompt is laid out once in the packed row and the group's later samples attend to it."""
     packing: bool = False
     """Pack each micro-batch's sequences end to end with no padding (per-sequence positions, no
     attention across sequences): same loss and gradients, fewer FLOPs on length-varied batches.
     Micro-batches are then cut by micro_batch_tokens instead of micro_batch_size."""
     micro_batch_tokens: PositiveInt = 4096
-    """With packing: most real tokens (prompt + completion) per micro-batch."""
+    """With packing: most real tokens (prompt + completion, counted per row) per micro-batch; a
+    shared prompt is counted in every row, so a packed row can be shorter than this."""
     bf16_autocast: bool | Literal["auto"] = "auto"
     """bfloat16 autocast for training forward/backward (fp32 master weights); auto = only where the
     hardware has native bf16 math."""

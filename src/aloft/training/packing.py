@@ -7,6 +7,15 @@ positions are padding. Layout of a packed micro-batch (three rows)::
     input_ids:     [a0 a1 a2 a3 | b0 b1 | c0 c1 c2]     shape [1, N], N = real tokens
     position_ids:  [ 0  1  2  3 |  0  1 |  0  1  2]     restart at every row
 
+With ``share_prompts`` (the trainer's default, ``optim.share_prompts``), rows whose prompts are
+identical (a group's n samples) share one copy of it: the first row is laid out whole, each later
+one only as its completion, positioned after the prompt and attending to the first row's prompt
+tokens as a prefix (``PackedRows.prefixes``)::
+
+    input_ids:     [p0 p1 a0 a1 | b0 b1 b2 | q0 c0]     rows a, b share prompt p0 p1
+    position_ids:  [ 0  1  2  3 |  2  3  4 |  0  1]
+    prefixes:      [ -    -     | (0, 2)   |  -   ]     b also attends to positions 0..1
+
 Attention runs sequence by sequence (``packed_attention``, registered with transformers as
 ``"aloft_packed"`` and switched on for the packed forward only): each sequence attends causally to
 itself, so no token sees another row and attention costs the sum of squared lengths, not the square
@@ -36,9 +45,9 @@ class PackedRows:
     """One packed micro-batch and where its completion logits go."""
 
     input_ids: torch.Tensor
-    """[1, N] every row's prompt and completion tokens, end to end."""
+    """[1, N] every row's prompt and completion tokens, end to end (a shared prompt once)."""
     position_ids: torch.Tensor
-    """[1, N] positions restarting at 0 for every row."""
+    """[1, N] positions restarting at 0 for every row (after the prompt for a prompt-sharing row)."""
     logit_positions: torch.Tensor
     """[K] positions whose logits predict a completion token (K = real completion tokens)."""
     rows: torch.Tensor
@@ -47,26 +56,41 @@ class PackedRows:
     """[K] its completion column."""
     boundaries: torch.Tensor
     """[S + 1] where each sequence starts in the packed row, then N."""
+    prefixes: torch.Tensor
+    """[S, 2] start and end of the shared prompt each sequence also attends to (start == end: none)."""
 
 
-def pack_rows(batch: TrainBatch) -> PackedRows:
+def pack_rows(batch: TrainBatch, share_prompts: bool = False) -> PackedRows:
     """Lay the real tokens of every row of ``batch`` end to end (see the module docstring)."""
     p = batch.prompt_width
     prompt_mask = batch.attention_mask[:, :p].bool()
     completion_lengths = batch.attention_mask[:, p:].sum(dim=1).tolist()
     ids, positions, logit_positions, rows, columns = [], [], [], [], []
-    start, boundaries = 0, [0]
+    start, boundaries, prefixes = 0, [0], []
+    prompt_spans: dict[tuple[int, ...], tuple[int, int]] = {}  # a laid-out prompt's [start, end)
     for row, completion_length in enumerate(completion_lengths):
         prompt = batch.input_ids[row, :p][prompt_mask[row]]
-        sequence = torch.cat([prompt, batch.input_ids[row, p : p + completion_length]])
+        completion = batch.input_ids[row, p : p + completion_length]
+        span = prompt_spans.get(tuple(prompt.tolist())) if share_prompts else None
+        if span is None:
+            sequence, offset, prefix = torch.cat([prompt, completion]), 0, (0, 0)
+            span = prompt_spans.setdefault(tuple(prompt.tolist()), (start, start + len(prompt)))
+            # Completion token t is predicted by the logits at the token before it.
+            predicting = start + len(prompt) - 1 + torch.arange(completion_length)
+        else:
+            sequence, offset, prefix = completion, len(prompt), span
+            # Token 0 is predicted by the shared prompt's last position, token t by completion token t - 1.
+            predicting = torch.cat([torch.tensor([span[1] - 1]), start + torch.arange(completion_length - 1)])
+        if not len(sequence):
+            continue
         ids.append(sequence)
-        positions.append(torch.arange(len(sequence)))
-        # Completion token t is predicted by the logits at the token before it.
-        logit_positions.append(start + len(prompt) - 1 + torch.arange(completion_length))
+        positions.append(offset + torch.arange(len(sequence)))
+        logit_positions.append(predicting)
         rows.append(torch.full((completion_length,), row))
         columns.append(torch.arange(completion_length))
         start += len(sequence)
         boundaries.append(start)
+        prefixes.append(prefix)
     return PackedRows(
         input_ids=torch.cat(ids)[None],
         position_ids=torch.cat(positions)[None],
@@ -74,6 +98,7 @@ def pack_rows(batch: TrainBatch) -> PackedRows:
         rows=torch.cat(rows),
         columns=torch.cat(columns),
         boundaries=torch.tensor(boundaries),
+        prefixes=torch.tensor(prefixes, dtype=torch.long).view(-1, 2),
     )
 
 
@@ -89,23 +114,33 @@ def packed_attention(
     dropout: float = 0.0,
     scaling: float | None = None,
     cu_seq_lens_q: torch.Tensor | None = None,
+    packed_prefixes: torch.Tensor | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
     """Causal attention within each packed sequence (a transformers attention function).
 
     ``query [1, H, N, D]``, ``key`` / ``value [1, H_kv, N, D]``; ``cu_seq_lens_q [S + 1]`` holds the
-    sequences' start offsets and N. Returns ``[1, N, H, D]`` as transformers expects.
+    sequences' start offsets and N; ``packed_prefixes [S, 2]`` (optional) the shared prompt span each
+    sequence also attends to. Returns ``[1, N, H, D]`` as transformers expects.
     """
     if cu_seq_lens_q is None:
         raise ValueError("packed attention needs cu_seq_lens_q (the packed sequences' boundaries)")
     bounds = cu_seq_lens_q.tolist()
+    lengths = [end - start for start, end in zip(bounds[:-1], bounds[1:])]
+    spans = packed_prefixes.tolist() if packed_prefixes is not None else [(0, 0)] * len(lengths)
+    segment_at = {start: index for index, start in enumerate(bounds[:-1])}
     dropout = dropout if module.training else 0.0
-    outputs = [
-        _causal_attention(
-            query[:, :, start:end], key[:, :, start:end], value[:, :, start:end], dropout, scaling
-        )
-        for start, end in zip(bounds[:-1], bounds[1:])
-    ]
+    # One split per tensor, not a slice per sequence: the backward of S slices would build S zero-filled
+    # [1, H, N, D] gradients and add them up (O(S N) per layer); split's backward concatenates once.
+    queries, keys, values = (t.split(lengths, dim=2) for t in (query, key, value))
+    outputs = []
+    for index, (prefix_start, prefix_end) in enumerate(spans):
+        k, v = keys[index], values[index]
+        if prefix_end > prefix_start:  # a shared prompt: the first tokens of an earlier sequence
+            holder = segment_at[prefix_start]
+            k = torch.cat([keys[holder][:, :, : prefix_end - prefix_start], k], dim=2)
+            v = torch.cat([values[holder][:, :, : prefix_end - prefix_start], v], dim=2)
+        outputs.append(_causal_attention(queries[index], k, v, dropout, scaling))
     return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), None
 
 
@@ -117,29 +152,32 @@ on short rows (SmolLM2's shapes, 64 tokens: 1.25 ms vs 0.69 ms forward + backwar
 def _causal_attention(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dropout: float, scaling: float | None
 ) -> torch.Tensor:
-    """``[1, H, L, D]`` causal attention of one sequence (``key`` / ``value`` may have fewer heads)."""
-    length = query.shape[2]
+    """``[1, H, L, D]`` causal attention of one sequence (``key`` / ``value`` may have fewer heads).
+
+    ``key`` / ``value [1, H_kv, P + L, D]`` may start with P prefix positions (a shared prompt) that
+    every query sees; the causal mask is aligned to the last key (query i sees keys ``<= P + i``).
+    """
+    length, prefix = query.shape[2], key.shape[2] - query.shape[2]
     eager = (
         query.device.type == "cpu"
         and query.dtype == torch.bfloat16
         and length <= EAGER_MAX_LENGTH
         and not dropout
     )
+    gqa = query.shape[1] != key.shape[1]
+    if not eager and not prefix:
+        return torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, dropout_p=dropout, is_causal=True, scale=scaling, enable_gqa=gqa
+        )
+    future = torch.ones(length, prefix + length, dtype=torch.bool, device=query.device).triu_(prefix + 1)
     if not eager:
         return torch.nn.functional.scaled_dot_product_attention(
-            query,
-            key,
-            value,
-            dropout_p=dropout,
-            is_causal=True,
-            scale=scaling,
-            enable_gqa=query.shape[1] != key.shape[1],
+            query, key, value, attn_mask=~future, dropout_p=dropout, scale=scaling, enable_gqa=gqa
         )
     groups = query.shape[1] // key.shape[1]
     key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    scores = (query @ key.transpose(-1, -2)).float() * scale  # [1, H, L, L], softmax in float32
-    future = torch.ones(length, length, dtype=torch.bool, device=query.device).triu_(1)
+    scores = (query @ key.transpose(-1, -2)).float() * scale  # [1, H, L, P + L], softmax in float32
     weights = torch.softmax(scores.masked_fill_(future, float("-inf")), dim=-1).to(value.dtype)
     return weights @ value
 
@@ -192,9 +230,11 @@ class PackedLogits:
         return out.index_put((self.packed.rows.to(out.device), self.packed.columns.to(out.device)), kept)
 
 
-def packed_completion_logits(model: nn.Module, batch: TrainBatch) -> PackedLogits:
+def packed_completion_logits(
+    model: nn.Module, batch: TrainBatch, share_prompts: bool = False
+) -> PackedLogits:
     """The logits predicting each real completion token of ``batch``, from one packed forward."""
-    packed = pack_rows(batch)
+    packed = pack_rows(batch, share_prompts)
     device = next(model.parameters()).device
     count = packed.logit_positions.numel()
     filler = -count % LOGIT_ROW
@@ -207,8 +247,9 @@ def packed_completion_logits(model: nn.Module, batch: TrainBatch) -> PackedLogit
             position_ids=packed.position_ids.to(device),
             logits_to_keep=positions.to(device),
             cu_seq_lens_q=packed.boundaries.to(device),
+            packed_prefixes=packed.prefixes,
             use_cache=False,
-        ).logits[0]  # [K + filler, V]
+        ).logits.squeeze(0)  # [K + filler, V]; a view (``[0]``'s backward would zero-fill a copy)
     targets = torch.zeros(count + filler, dtype=torch.long)
     targets[:count] = batch.completion_ids[packed.rows, packed.columns]
     return PackedLogits(

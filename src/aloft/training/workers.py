@@ -94,11 +94,11 @@ def token_logits(
 
     Padded (``completion_logits``): R, C = B, T and ``to_rows`` is the identity. Packed
     (``aloft.training.packing``): only real completion tokens, in rows of ``LOGIT_ROW``; ``to_rows``
-    puts per-token values ``[R, C]`` back in the ``[B, T]`` layout. ``share_prompts`` has no effect
-    when packed (a packed row has no shared prompt to reuse).
+    puts per-token values ``[R, C]`` back in the ``[B, T]`` layout. ``share_prompts``: identical
+    prompts run through the model once, in both layouts.
     """
     if packing:
-        packed = packed_completion_logits(model, batch)
+        packed = packed_completion_logits(model, batch, share_prompts)
         return packed.logits, packed.targets, packed.to_rows
     return completion_logits(model, batch, share_prompts), batch.completion_ids, _same
 
@@ -280,8 +280,9 @@ class PolicyWorker(_Trainable):
         self.strategy: Strategy = strategy or SingleProcess()
         self.temperature = temperature if temperature > 0 else 1.0
         self.entropy_in_loss = False
-        # The prompt-sharing forward needs a KV cache, which gradient checkpointing turns off.
-        self.share_prompts = settings.share_prompts and not gradient_checkpointing
+        # The padded prompt-sharing forward needs a KV cache, which gradient checkpointing turns off;
+        # a packed row shares prompts through its attention and needs none.
+        self.share_prompts = settings.share_prompts and (settings.packing or not gradient_checkpointing)
         model = load_model(model_path, dtype=torch.float32)
         model.config.use_cache = False
         if gradient_checkpointing:

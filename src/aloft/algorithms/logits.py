@@ -22,9 +22,11 @@ def _effective_temperature(temperature: float) -> float:
     return temperature if temperature > 0 else 1.0
 
 
-def _per_sequence(logits: torch.Tensor, fn: Callable[[torch.Tensor, int], torch.Tensor]) -> torch.Tensor:
+def _per_sequence(
+    logits: torch.Tensor, fn: Callable[[torch.Tensor, int], torch.Tensor], upcast: bool = True
+) -> torch.Tensor:
     """Apply ``fn(float_logits [T, V] or [B, T, V], row)`` in float32 or better, a row at a time for
-    half-precision logits.
+    half-precision logits (``upcast=False``: ``fn`` gets the half-precision row and upcasts itself).
 
     Rows come from one ``unbind``, not from ``logits[row]``: the backward of ``B`` separate selects
     would build ``B`` zero-filled ``[B, T, V]`` gradients and add them up (``O(B^2 T V)``, seconds
@@ -34,7 +36,10 @@ def _per_sequence(logits: torch.Tensor, fn: Callable[[torch.Tensor, int], torch.
         return fn(logits, -1)
     if logits.shape[0] == 0:
         return logits.new_zeros(logits.shape[:-1], dtype=torch.float32)
-    return torch.stack([fn(row_logits.float(), row) for row, row_logits in enumerate(logits.unbind(0))])
+    rows = logits.unbind(0)
+    return torch.stack(
+        [fn(row_logits.float() if upcast else row_logits, row) for row, row_logits in enumerate(rows)]
+    )
 
 
 def logprobs_from_logits(
@@ -120,6 +125,7 @@ def logprobs_and_entropy_from_logits(
             lambda z, row: torch.stack(
                 _LogprobsAndEntropy.apply(z, token_ids if row < 0 else token_ids[row], temperature)
             ),
+            upcast=False,
         )
         out = stacked if logits.dtype in _FULL_PRECISION else stacked.transpose(0, 1)
         return out[0], out[1].detach()
@@ -129,36 +135,47 @@ def logprobs_and_entropy_from_logits(
 
 
 class _LogprobsAndEntropy(torch.autograd.Function):
-    """``(logprobs, entropy)`` of float32 logits ``[..., V]`` in a few passes over the vocabulary.
+    """``(logprobs, entropy)`` in float32 of logits ``[..., V]`` (any float dtype) in a few passes
+    over the vocabulary.
 
-    The softmax ``p`` is built once (max, one ``exp``, one division, in place), the entropy is
-    ``lse - <p, z>`` as a batched dot product (no ``[..., V]`` temporary), and the backward is
-    ``g * (onehot - p) / T`` from the saved ``p``: about half the memory traffic of composing
-    ``logsumexp`` and the entropy with autograd, which dominates on a 49k-150k vocabulary. The
-    entropy gets no gradient (it is a metric here).
+    Forward: the float32 upcast, then the softmax ``p`` built in place (max, one ``exp``, one
+    division), the entropy ``lse - <p, z>`` as a batched dot product. Only the input (kept alive by
+    the graph anyway) and ``lse`` are saved: the backward rebuilds ``p = exp(z - lse)`` in a scratch
+    buffer and returns ``g * (onehot - p) / T``. Saving ``p`` instead would hold a float32 copy of
+    every logit row until the backward; on a 49k vocabulary those are fresh pages that fault on
+    first touch, slower than the recomputation. The entropy gets no gradient (it is a metric here).
     """
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, token_ids: torch.Tensor, temperature: float):  # type: ignore[override]
-        z = logits / temperature if temperature != 1.0 else logits
+        z = _scaled_float(logits, temperature)
         top = z.amax(-1, keepdim=True)
         p = torch.sub(z, top).exp_()
         total = p.sum(-1, keepdim=True)
         p.div_(total)
-        lse = (top + total.log()).squeeze(-1)
+        lse = top + total.log()  # [..., 1]
         ids = token_ids.long().unsqueeze(-1)
-        logprobs = z.gather(-1, ids).squeeze(-1) - lse
-        entropy = lse - torch.matmul(p.unsqueeze(-2), z.unsqueeze(-1)).squeeze(-1).squeeze(-1)
-        ctx.save_for_backward(p, ids)
+        logprobs = (z.gather(-1, ids) - lse).squeeze(-1)
+        entropy = lse.squeeze(-1) - torch.matmul(p.unsqueeze(-2), z.unsqueeze(-1)).squeeze(-1).squeeze(-1)
+        ctx.save_for_backward(logits, lse, ids)
         ctx.temperature = temperature
         ctx.mark_non_differentiable(entropy)
         return logprobs, entropy
 
     @staticmethod
     def backward(ctx, grad_logprobs: torch.Tensor, _grad_entropy: torch.Tensor):  # type: ignore[override]
-        p, ids = ctx.saved_tensors
-        grad = p * (-grad_logprobs).unsqueeze(-1)
+        logits, lse, ids = ctx.saved_tensors
+        z = _scaled_float(logits, ctx.temperature)
+        if z is logits:
+            z = z.clone()  # float32 input: the scratch buffer must not be the input itself
+        grad = z.sub_(lse).exp_().mul_((-grad_logprobs).unsqueeze(-1))  # -g * p
         grad.scatter_add_(-1, ids, grad_logprobs.unsqueeze(-1))
         if ctx.temperature != 1.0:
             grad /= ctx.temperature
-        return grad, None, None
+        return grad.to(logits.dtype), None, None
+
+
+def _scaled_float(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``logits / temperature`` in float32 or better (``logits`` itself when nothing changes)."""
+    z = logits if logits.dtype in _FULL_PRECISION else logits.float()
+    return z / temperature if temperature != 1.0 else z

@@ -207,8 +207,12 @@ def _packed_attention_on(model: nn.Module) -> Iterator[None]:
         model.set_attn_implementation(previous)
 
 
-LOGIT_ROW = 256
-"""Completion logits are returned in rows of this many tokens: the loss side upcasts one row at a time."""
+LOGIT_ROW = 64
+"""Completion logits are returned in rows of this many tokens: the loss side upcasts one row at a time.
+64 rather than 256: a float32 row over a 49k vocabulary is then 12.6 MB instead of 50 MB, which
+glibc serves from its heap instead of fresh ``mmap`` pages that fault on first touch. On SmolLM2's
+LM head plus the loss side for 2304 tokens (forward and backward): 0.50 s vs 0.64 s (48 rows:
+0.84 s, 128: 0.56 s)."""
 
 
 @dataclass(frozen=True)

@@ -197,3 +197,58 @@ def test_attention_to_a_shared_prefix_equals_attention_over_the_whole_sequence(d
         tail = _causal_attention(query[:, :, prefix:].to(dtype), key.to(dtype), value.to(dtype), 0.0, None)
         atol = 3e-2 if dtype == torch.bfloat16 else 1e-5
         assert torch.allclose(tail.float(), whole[:, :, prefix:], atol=atol), length
+
+
+@pytest.mark.parametrize(
+    ("config_class", "settings", "message"),
+    [
+        ("MistralConfig", {"sliding_window": 8}, "longer than MistralAttention's sliding window \\(8\\)"),
+        (
+            "Gemma2Config",
+            {"attn_logit_softcapping": 50.0, "sliding_window": 4096},
+            "soft-caps attention logits",
+        ),
+    ],
+)
+def test_packing_refuses_attention_it_does_not_reproduce(config_class, settings, message):
+    """Sliding windows shorter than a sequence and soft-capped logits stop with one line, not silently."""
+    import transformers
+
+    config = getattr(transformers, config_class)(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        **settings,
+    )
+    model = AutoModelForCausalLM.from_config(config)
+    batch = random_batch(64, rows=4, seed=0)  # sequences of 3..36 tokens
+    with pytest.raises(ValueError, match=f"optim.packing: .*{message}.*turn it off"):
+        token_logits(model, batch, share_prompts=True, packing=True)
+    token_logits(model, batch, share_prompts=True, packing=False)  # padded runs these models
+
+
+def test_packing_runs_within_a_sliding_window_like_padded():
+    """A window longer than every sequence changes nothing: packed equals padded."""
+    from transformers import MistralConfig
+
+    config = MistralConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        sliding_window=64,
+    )
+    model = AutoModelForCausalLM.from_config(config).eval()
+    batch = shared_prompt_batch(64, 2, 3, seed=0)
+    values = {}
+    for packing in (False, True):
+        logits, targets, to_rows = token_logits(model, batch, share_prompts=True, packing=packing)
+        values[packing] = to_rows(logprobs_from_logits(logits, targets)) * batch.loss_mask
+    assert torch.allclose(values[True], values[False], atol=1e-5)

@@ -128,6 +128,8 @@ def packed_attention(
     bounds = cu_seq_lens_q.tolist()
     lengths = [end - start for start, end in zip(bounds[:-1], bounds[1:])]
     spans = packed_prefixes.tolist() if packed_prefixes is not None else [(0, 0)] * len(lengths)
+    longest = max((n + end - start for n, (start, end) in zip(lengths, spans)), default=0)
+    _refuse_what_plain_causal_attention_cannot_do(module, longest, **kwargs)
     segment_at = {start: index for index, start in enumerate(bounds[:-1])}
     dropout = dropout if module.training else 0.0
     # One split per tensor, not a slice per sequence: the backward of S slices would build S zero-filled
@@ -142,6 +144,34 @@ def packed_attention(
             v = torch.cat([values[holder][:, :, : prefix_end - prefix_start], v], dim=2)
         outputs.append(_causal_attention(queries[index], k, v, dropout, scaling))
     return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), None
+
+
+def _refuse_what_plain_causal_attention_cannot_do(
+    module: nn.Module,
+    longest: int,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+    s_aux: torch.Tensor | None = None,
+    **_: object,
+) -> None:
+    """Stop (one line, with the fix) where the model's own attention is not plain causal softmax.
+
+    Gemma-2's logit soft-capping and gpt-oss's attention sinks change every attention weight; a
+    sliding window changes those of sequences longer than it. Packed attention does none of these,
+    so it would train on silently different logits.
+    """
+    model = type(module).__name__
+    if softcap is not None:
+        raise ValueError(
+            f"optim.packing: {model} soft-caps attention logits, which packing does not; turn it off"
+        )
+    if s_aux is not None:
+        raise ValueError(f"optim.packing: {model} uses attention sinks, which packing does not; turn it off")
+    if sliding_window is not None and longest > sliding_window:
+        raise ValueError(
+            f"optim.packing: a {longest}-token sequence is longer than {model}'s sliding window "
+            f"({sliding_window}), which packing does not apply; turn it off or keep sequences within the window"
+        )
 
 
 EAGER_MAX_LENGTH = 160

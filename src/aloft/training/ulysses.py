@@ -81,7 +81,7 @@ def ulysses_attention(
         groups = query.shape[1] // key.shape[1]
         key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
     q, k, v = (seq_to_heads(t, group) for t in (query, key, value))
-    out, _ = packed_attention(module, q, k, v, None, dropout, scaling, cu_seq_lens_q=cu_seq_lens_q)
+    out, _ = packed_attention(module, q, k, v, None, dropout, scaling, cu_seq_lens_q=cu_seq_lens_q, **kwargs)
     return heads_to_seq(out.transpose(1, 2), group).transpose(1, 2).contiguous(), None  # [1, n, H, D]
 
 

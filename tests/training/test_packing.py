@@ -199,6 +199,15 @@ def test_attention_to_a_shared_prefix_equals_attention_over_the_whole_sequence(d
         assert torch.allclose(tail.float(), whole[:, :, prefix:], atol=atol), length
 
 
+def random_model(config_class: str, **settings):
+    """A randomly initialised 2-head transformers model of ``config_class`` over a 64-token vocabulary."""
+    import transformers
+
+    shape = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2, "num_key_value_heads": 1}
+    config = getattr(transformers, config_class)(vocab_size=64, head_dim=16, **shape, **settings)
+    return AutoModelForCausalLM.from_config(config)
+
+
 @pytest.mark.parametrize(
     ("config_class", "settings", "message"),
     [
@@ -212,19 +221,7 @@ def test_attention_to_a_shared_prefix_equals_attention_over_the_whole_sequence(d
 )
 def test_packing_refuses_attention_it_does_not_reproduce(config_class, settings, message):
     """Sliding windows shorter than a sequence and soft-capped logits stop with one line, not silently."""
-    import transformers
-
-    config = getattr(transformers, config_class)(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        **settings,
-    )
-    model = AutoModelForCausalLM.from_config(config)
+    model = random_model(config_class, num_hidden_layers=1, **settings)
     batch = random_batch(64, rows=4, seed=0)  # sequences of 3..36 tokens
     with pytest.raises(ValueError, match=f"optim.packing: .*{message}.*turn it off"):
         token_logits(model, batch, share_prompts=True, packing=True)
@@ -233,19 +230,7 @@ def test_packing_refuses_attention_it_does_not_reproduce(config_class, settings,
 
 def test_packing_runs_within_a_sliding_window_like_padded():
     """A window longer than every sequence changes nothing: packed equals padded."""
-    from transformers import MistralConfig
-
-    config = MistralConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=16,
-        sliding_window=64,
-    )
-    model = AutoModelForCausalLM.from_config(config).eval()
+    model = random_model("MistralConfig", num_hidden_layers=2, sliding_window=64).eval()
     batch = shared_prompt_batch(64, 2, 3, seed=0)
     values = {}
     for packing in (False, True):

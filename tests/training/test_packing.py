@@ -53,6 +53,8 @@ def test_pack_rows_lays_real_tokens_end_to_end():
     # Completion tokens 21, 22 are predicted at 13, 21; 23, 24, 25 at 14, 23, 24.
     assert packed.logit_positions.tolist() == [2, 3, 5, 6, 7]
     assert packed.rows.tolist() == [0, 0, 1, 1, 1] and packed.columns.tolist() == [0, 1, 0, 1, 2]
+    with pytest.raises(ValueError, match="row 0 has an empty prompt"):
+        pack_rows(collate([trajectory([], [21, 22])], 0, {"g": 0}))
 
 
 def test_pack_rows_shares_a_groups_prompt():

@@ -70,6 +70,10 @@ def pack_rows(batch: TrainBatch, share_prompts: bool = False) -> PackedRows:
     prompt_spans: dict[tuple[int, ...], tuple[int, int]] = {}  # a laid-out prompt's [start, end)
     for row, completion_length in enumerate(completion_lengths):
         prompt = batch.input_ids[row, :p][prompt_mask[row]]
+        if not len(prompt):
+            raise ValueError(
+                f"row {row} has an empty prompt: no position predicts its first token; give it one"
+            )
         completion = batch.input_ids[row, p : p + completion_length]
         span = prompt_spans.get(tuple(prompt.tolist())) if share_prompts else None
         if span is None:

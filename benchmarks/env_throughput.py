@@ -65,6 +65,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from tabulate import tabulate
+
 SMALL_PROGRAM = """\
 def running_max(numbers):
     out, best = [], None
@@ -315,11 +317,10 @@ def table(columns: list[tuple[str, Any, str]], rows: list[dict[str, Any]]) -> st
         value = key(row) if callable(key) else row[key]
         return fmt.format(value)
 
-    cells = [[title for title, _, _ in columns]] + [[cell(r, k, f) for _, k, f in columns] for r in rows]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
-    lines = ["  ".join(text.rjust(width) for text, width in zip(line, widths)) for line in cells]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    return "\n".join(lines)
+    cells = [[cell(r, k, f) for _, k, f in columns] for r in rows]
+    return tabulate(
+        cells, headers=[title for title, _, _ in columns], stralign="right", disable_numparse=True
+    )
 
 
 def env_table(results: list[dict[str, Any]], in_flight: int) -> str:

@@ -57,6 +57,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tabulate import tabulate
+
 MODELS = ("tiny", "smollm2")
 PRECISIONS = ("fp32", "bf16")
 DEFAULT_MEASURED_STEPS = {"tiny": 5, "smollm2": 3}
@@ -400,13 +402,8 @@ def format_table(results: list[dict[str, Any]]) -> str:
         value = result[key]
         return fmt.format(value / 1e12 if key == "aloft_train_flops_per_s" else value)
 
-    rows = [[title for title, _, _ in COLUMNS]] + [
-        [cell(r, key, fmt) for _, key, fmt in COLUMNS] for r in results
-    ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
-    lines = ["  ".join(text.rjust(width) for text, width in zip(row, widths)) for row in rows]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    return "\n".join(lines)
+    rows = [[cell(r, key, fmt) for _, key, fmt in COLUMNS] for r in results]
+    return tabulate(rows, headers=[title for title, _, _ in COLUMNS], stralign="right", disable_numparse=True)
 
 
 def precisions_for(choice: str, peak: dict[str, float]) -> list[str]:

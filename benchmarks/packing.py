@@ -43,6 +43,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tabulate import tabulate
+
 MODELS = ("tiny", "smollm2")
 SMOLLM2 = "smollm2-135m-instruct"
 TINY_SHAPE = {"hidden_size": 256, "num_layers": 4, "num_heads": 4, "num_kv_heads": 2}
@@ -201,7 +203,7 @@ def format_table(results: list[dict[str, Any]]) -> str:
         "vs padded",
         "per round",
     )
-    lines = [header]
+    lines: list[tuple[str, ...]] = []
     for result in results:
         for row in result["layouts"]:
             lines.append(
@@ -218,10 +220,7 @@ def format_table(results: list[dict[str, Any]]) -> str:
                     " ".join(f"{ratio:.2f}" for ratio in row["ratio_per_round"]),
                 )
             )
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    out = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines]
-    out.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(out)
+    return tabulate(lines, headers=header, disable_numparse=True)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

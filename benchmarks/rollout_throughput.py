@@ -43,6 +43,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tabulate import tabulate
+
 MODELS = ("tiny", "smollm2")
 SMOLLM2 = "smollm2-135m-instruct"
 TINY_SHAPE = {"hidden_size": 256, "num_layers": 4, "num_heads": 4, "num_kv_heads": 2}
@@ -239,7 +241,7 @@ def format_table(results: list[dict[str, Any]]) -> str:
         "tok/s",
         "vs generate",
     )
-    lines = [header]
+    lines: list[tuple[str, ...]] = []
     for result in results:
         for row in result["rows"]:
             head = (
@@ -262,13 +264,7 @@ def format_table(results: list[dict[str, Any]]) -> str:
                     f"{row['ratio_vs_generate']:.2f}x",
                 )
             )
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    out = []
-    for k, line in enumerate(lines):
-        out.append("  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip())
-        if k == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return "\n".join(out)
+    return tabulate(lines, headers=header, disable_numparse=True)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

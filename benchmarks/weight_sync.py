@@ -33,6 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tabulate import tabulate
+
 MODELS = ("tiny", "smollm2")
 SMOLLM2 = "smollm2-135m-instruct"
 TINY_SHAPE = {"hidden_size": 256, "num_layers": 4, "num_heads": 4, "num_kv_heads": 2}
@@ -147,7 +149,7 @@ def across_processes(model_path: str, dtype: str, bucket_mb: int, repeats: int) 
 
 def format_table(results: list[dict[str, Any]]) -> str:
     header = ("model", "dtype", "mode", "GB", "transfer s", "GB/s", "total s (with load)", "ok")
-    lines = [header]
+    lines: list[tuple[str, ...]] = []
     for result in results:
         for row in result["rows"]:
             lines.append(
@@ -162,10 +164,7 @@ def format_table(results: list[dict[str, Any]]) -> str:
                     "yes" if row["ok"] else "NO",
                 )
             )
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    out = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines]
-    out.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(out)
+    return tabulate(lines, headers=header, disable_numparse=True)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

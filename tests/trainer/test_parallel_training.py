@@ -66,10 +66,21 @@ def test_fsdp2_resumes_exactly(tiny_overrides):
         assert got[1][key] == pytest.approx(expected[1][key], rel=1e-4, abs=1e-6), key
 
 
-def test_ulysses_two_ranks_train_like_one_process(tiny_overrides):
-    packed = ["trainer.max_steps=2", "optim.packing=true", "optim.micro_batch_tokens=48"]
-    single, _ = run(tiny_overrides, "packed", *packed)
-    split, _ = run(tiny_overrides, "ulysses", *packed, "trainer.strategy=ulysses", "trainer.num_processes=2")
+PACKED = ["trainer.max_steps=2", "optim.packing=true", "optim.micro_batch_tokens=48"]
+
+
+@pytest.mark.parametrize(
+    "strategy",
+    [
+        "ulysses",  # one packed row split over the ranks
+        "fsdp2",  # packed micro-batches balanced by tokens over the ranks (uneven counts get a filler pass)
+    ],
+)
+def test_packed_training_on_two_ranks_trains_like_one_process(tiny_overrides, strategy):
+    single, _ = run(tiny_overrides, "packed", *PACKED)
+    split, _ = run(
+        tiny_overrides, strategy, *PACKED, f"trainer.strategy={strategy}", "trainer.num_processes=2"
+    )
     expected, got = steps(single), steps(split)
     assert [row["step"] for row in got] == [1, 2]
     for one, two in zip(expected, got, strict=True):

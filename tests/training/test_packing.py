@@ -64,17 +64,18 @@ def test_pack_rows_shares_a_groups_prompt():
         trajectory([11, 12], [23, 24, 25]),
         trajectory([13], [26]),
         trajectory([11, 12], [27]),
+        trajectory([11, 12], []),  # nothing to lay out
     ]
     packed = pack_rows(collate(rows, 0, {"g": 0}), share_prompts=True)
     assert packed.input_ids.tolist() == [[11, 12, 21, 22, 23, 24, 25, 13, 26, 27]]
     assert packed.position_ids.tolist() == [[0, 1, 2, 3, 2, 3, 4, 0, 1, 2]]
     assert packed.boundaries.tolist() == [0, 4, 7, 9, 10]
-    assert packed.prefixes.tolist() == [[0, 0], [0, 2], [0, 0], [0, 2]]
+    assert packed.prefixes.tolist() == [[0, 0], [0, 2], [0, 0], [0, 2]]  # row 4 has no segment
     # Row 1's first token (23) is predicted at the shared prompt's last token (12, position 1).
     assert packed.logit_positions.tolist() == [1, 2, 1, 4, 5, 7, 1]
     assert packed.rows.tolist() == [0, 0, 1, 1, 1, 2, 3]
     unshared = pack_rows(collate(rows, 0, {"g": 0}))
-    assert unshared.input_ids.shape[1] == 14 and unshared.prefixes.tolist() == [[0, 0]] * 4
+    assert unshared.input_ids.shape[1] == 16 and unshared.prefixes.tolist() == [[0, 0]] * 5
 
 
 def shared_prompt_batch(vocab: int, groups: int, samples: int, seed: int):

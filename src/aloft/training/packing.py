@@ -78,15 +78,15 @@ def pack_rows(batch: TrainBatch, share_prompts: bool = False) -> PackedRows:
         span = prompt_spans.get(tuple(prompt.tolist())) if share_prompts else None
         if span is None:
             sequence, offset, prefix = torch.cat([prompt, completion]), 0, (0, 0)
-            span = prompt_spans.setdefault(tuple(prompt.tolist()), (start, start + len(prompt)))
+            prompt_spans[tuple(prompt.tolist())] = (start, start + len(prompt))
             # Completion token t is predicted by the logits at the token before it.
             predicting = start + len(prompt) - 1 + torch.arange(completion_length)
+        elif not completion_length:
+            continue  # a sharing row with nothing to lay out
         else:
             sequence, offset, prefix = completion, len(prompt), span
             # Token 0 is predicted by the shared prompt's last position, token t by completion token t - 1.
             predicting = torch.cat([torch.tensor([span[1] - 1]), start + torch.arange(completion_length - 1)])
-        if not len(sequence):
-            continue
         ids.append(sequence)
         positions.append(offset + torch.arange(len(sequence)))
         logit_positions.append(predicting)
@@ -204,12 +204,13 @@ def _causal_attention(
             query, key, value, dropout_p=dropout, is_causal=True, scale=scaling, enable_gqa=gqa
         )
     future = torch.ones(length, prefix + length, dtype=torch.bool, device=query.device).triu_(prefix + 1)
-    if not eager:
-        return torch.nn.functional.scaled_dot_product_attention(
-            query, key, value, attn_mask=~future, dropout_p=dropout, scale=scaling, enable_gqa=gqa
-        )
+    # Key/value heads repeated up front: with a mask, CUDA's SDPA takes its slow math kernel for GQA.
     groups = query.shape[1] // key.shape[1]
     key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    if not eager:
+        return torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=~future, dropout_p=dropout, scale=scaling
+        )
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     scores = (query @ key.transpose(-1, -2)).float() * scale  # [1, H, L, P + L], softmax in float32
     weights = torch.softmax(scores.masked_fill_(future, float("-inf")), dim=-1).to(value.dtype)

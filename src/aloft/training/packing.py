@@ -204,12 +204,14 @@ def _causal_attention(
             query, key, value, dropout_p=dropout, is_causal=True, scale=scaling, enable_gqa=gqa
         )
     future = torch.ones(length, prefix + length, dtype=torch.bool, device=query.device).triu_(prefix + 1)
-    # Key/value heads repeated up front: with a mask, CUDA's SDPA takes its slow math kernel for GQA.
-    groups = query.shape[1] // key.shape[1]
-    key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    # Plain matmuls need every head's keys; so does CUDA's SDPA, whose masked GQA is its slow math kernel.
+    if gqa and (eager or query.device.type != "cpu"):
+        groups = query.shape[1] // key.shape[1]
+        key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+        gqa = False
     if not eager:
         return torch.nn.functional.scaled_dot_product_attention(
-            query, key, value, attn_mask=~future, dropout_p=dropout, scale=scaling
+            query, key, value, attn_mask=~future, dropout_p=dropout, scale=scaling, enable_gqa=gqa
         )
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     scores = (query @ key.transpose(-1, -2)).float() * scale  # [1, H, L, P + L], softmax in float32

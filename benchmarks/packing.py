@@ -160,9 +160,10 @@ def bench_model(name: str, model_path: str, args: argparse.Namespace) -> dict[st
             packing=packing,
             bf16_autocast=bf16,
         )
-        updates[label] = make_update(model_path, batch, settings)
+        # All model work, loading included, on aloft's compute thread (one OpenMP team, see
+        # aloft.models.compute_thread).
+        updates[label] = on_compute_thread(make_update, model_path, batch, settings)
         micro_batchings[label] = settings.micro_batching
-    # All model work on aloft's compute thread (one OpenMP team, see aloft.models.compute_thread).
     seconds = on_compute_thread(time_interleaved, updates, args.repeats)
     rows = []
     for label in updates:

@@ -21,6 +21,7 @@ from typing import Any, Protocol, TypeVar
 import torch
 
 from aloft.algorithms.reductions import LossNormalizer
+from aloft.registry import lookup, register
 
 
 class AdvantageEstimator(Protocol):
@@ -78,47 +79,21 @@ policy_losses: dict[str, PolicyLoss] = {}
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def _register(table: dict[str, Any], kind: str, decorator_name: str, name: str) -> Callable[[_F], _F]:
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"{kind} name must be a non-empty string, got {name!r}")
-
-    def decorator(fn: _F) -> _F:
-        if name in table:
-            raise ValueError(
-                f"{kind} {name!r} is already registered (registered: {', '.join(sorted(table))}); "
-                f"pick another name for @{decorator_name}"
-            )
-        table[name] = fn
-        return fn
-
-    return decorator
-
-
-def _lookup(table: dict[str, Any], kind: str, decorator_name: str, name: str) -> Any:
-    try:
-        return table[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown {kind} {name!r}; known: {', '.join(sorted(table))} "
-            f"(register your own with @{decorator_name}, in a module imported before training starts)"
-        ) from None
-
-
 def register_advantage_estimator(name: str) -> Callable[[_F], _F]:
     """Decorator: register ``fn`` as the advantage estimator ``name``. A taken name raises ValueError."""
-    return _register(advantage_estimators, "advantage estimator", "register_advantage_estimator", name)
+    return register(advantage_estimators, "advantage estimator", "register_advantage_estimator", name)
 
 
 def register_policy_loss(name: str) -> Callable[[_F], _F]:
     """Decorator: register ``fn`` as the policy loss ``name``. A taken name raises ValueError."""
-    return _register(policy_losses, "policy loss", "register_policy_loss", name)
+    return register(policy_losses, "policy loss", "register_policy_loss", name)
 
 
 def get_advantage_estimator(name: str) -> AdvantageEstimator:
     """The estimator registered as ``name``; an unknown name raises ValueError listing the known ones."""
-    return _lookup(advantage_estimators, "advantage estimator", "register_advantage_estimator", name)
+    return lookup(advantage_estimators, "advantage estimator", "register_advantage_estimator", name)
 
 
 def get_policy_loss(name: str) -> PolicyLoss:
     """The policy loss registered as ``name``; an unknown name raises ValueError listing the known ones."""
-    return _lookup(policy_losses, "policy loss", "register_policy_loss", name)
+    return lookup(policy_losses, "policy loss", "register_policy_loss", name)

@@ -11,6 +11,7 @@ import importlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
+from aloft.registry import register
 from aloft.types import Completion, GenerationRequest
 
 WeightsSource = Iterable[tuple[str, Any]] | Mapping[str, Any] | str
@@ -65,17 +66,7 @@ _BUILTIN_ENGINE_MODULES = {
 
 def register_engine(name: str) -> Callable[[Callable[..., InferenceEngine]], Callable[..., InferenceEngine]]:
     """Class decorator: make an engine constructible with ``make_engine(name, **kwargs)``."""
-
-    def decorator(factory: Callable[..., InferenceEngine]) -> Callable[..., InferenceEngine]:
-        existing = _ENGINES.get(name)
-        if existing is not None and existing is not factory:
-            raise ValueError(
-                f"inference engine {name!r} is already registered ({existing!r}); pick another name"
-            )
-        _ENGINES[name] = factory
-        return factory
-
-    return decorator
+    return register(_ENGINES, "inference engine", "register_engine", name)
 
 
 def registered_engines() -> list[str]:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from aloft.registry import lookup, register
 from aloft.types import TrajectoryGroup
 
 if TYPE_CHECKING:
@@ -49,17 +50,7 @@ _PLANS: dict[str, Callable[[], ExecutionPlan]] = {}
 
 def register_plan(name: str) -> Callable[[Any], Any]:
     """Class decorator: make a plan selectable as ``trainer.plan=name``."""
-
-    def decorator(plan: Any) -> Any:
-        existing = _PLANS.get(name)
-        if existing is not None and existing is not plan:
-            raise ValueError(
-                f"execution plan {name!r} is already registered ({existing!r}); pick another name"
-            )
-        _PLANS[name] = plan
-        return plan
-
-    return decorator
+    return register(_PLANS, "execution plan", "register_plan", name)
 
 
 def registered_plans() -> list[str]:
@@ -67,9 +58,7 @@ def registered_plans() -> list[str]:
 
 
 def make_plan(name: str) -> ExecutionPlan:
-    if name not in _PLANS:
-        raise ValueError(f"unknown execution plan {name!r}; known plans: {', '.join(registered_plans())}")
-    return _PLANS[name]()
+    return lookup(_PLANS, "execution plan", "register_plan", name)()
 
 
 # The built-in plans register themselves.

@@ -14,8 +14,8 @@ from aloft.distributed.weight_sync import consecutive_chunks
 from aloft.tracking import read_metrics
 from aloft.trainer import Trainer
 from aloft.training.batch import collate
+from aloft.training.forward import token_logits
 from aloft.training.packing import MicroBatching, pack_rows
-from aloft.training.workers import token_logits
 from aloft.types import RolloutStatus, Trajectory
 
 

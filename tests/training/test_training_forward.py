@@ -6,7 +6,7 @@ import torch
 
 from aloft.models import load_model
 from aloft.training import collate
-from aloft.training.workers import completion_logits
+from aloft.training.forward import completion_logits
 from aloft.types import RolloutStatus, Trajectory
 
 
@@ -72,7 +72,7 @@ def test_shared_prompt_forward_equals_plain_forward(tiny_model_dir):
 def test_short_rows_under_bf16_autocast_use_eager_attention_and_match_sdpa(tiny_model_dir, monkeypatch):
     """On CPU under bf16 autocast, short rows run eager attention (SDPA's bf16 flash backward is slow
     there); the model's setting is restored, and logits and gradients agree with SDPA's."""
-    from aloft.training import workers
+    from aloft.training import forward
 
     model = load_model(tiny_model_dir).train()
     batch = collate(trajectories(), pad_token_id=0, group_index={f"g{k}": k for k in range(3)})
@@ -85,8 +85,8 @@ def test_short_rows_under_bf16_autocast_use_eager_attention_and_match_sdpa(tiny_
 
     monkeypatch.setattr(model, "set_attn_implementation", spy)
     results = []
-    for max_width in (workers.EAGER_ATTENTION_MAX_WIDTH, 0):  # eager, then SDPA
-        monkeypatch.setattr(workers, "EAGER_ATTENTION_MAX_WIDTH", max_width)
+    for max_width in (forward.EAGER_ATTENTION_MAX_WIDTH, 0):  # eager, then SDPA
+        monkeypatch.setattr(forward, "EAGER_ATTENTION_MAX_WIDTH", max_width)
         model.zero_grad()
         with torch.autocast("cpu", dtype=torch.bfloat16):
             logits = completion_logits(model, batch, share_prompts=True)

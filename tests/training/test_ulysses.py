@@ -12,8 +12,8 @@ from transformers import AutoModelForCausalLM
 from aloft.algorithms.logits import logprobs_from_logits
 from aloft.distributed import free_loopback_port, init_loopback_group
 from aloft.models import build_tiny_model
+from aloft.training.forward import token_logits
 from aloft.training.ulysses import sum_gradients, ulysses_token_logprobs
-from aloft.training.workers import token_logits
 
 
 def problem(model_dir: str):

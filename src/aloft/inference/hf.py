@@ -31,7 +31,9 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from aloft.inference.base import WeightsSource, register_engine
 from aloft.inference.batching import Deliver, RequestBatcher, Take, check_prompt
 from aloft.inference.decoding import BatchDecoder, DecodeLimits, end_of_completion_ids
+from aloft.inference.prefix_cache import PrefixCache
 from aloft.inference.prepacked import prepack_linears, prepacking_supported, repack_linears
+from aloft.inference.shared_prefix import SHARED_PREFIX_ATTENTION, shared_prefix_supported
 from aloft.models.compute_thread import compute_executor, on_compute_thread
 from aloft.models.loading import load_model, load_tokenizer
 from aloft.models.precision import fast_dtype
@@ -66,6 +68,8 @@ class EngineStats:
     requests: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    prefilled_tokens: int = 0
+    """Prompt tokens run through the model: shared prompts count once, reused caches not at all."""
     busy_seconds: float = 0.0
     """Wall time spent inside batches (the worker thread), excluding queueing."""
 
@@ -85,6 +89,9 @@ class HFEngine:
         device: where the engine's copy lives ("cpu", "cuda", ...).
         seed: seeds the engine RNG that draws a seed for each request without one.
         batch_wait_s: how long the batcher lets callers gather before starting a batch.
+        prefix_cache_gb: memory for the KV of finished rows and prompts, so that the next turn of a
+            trajectory (a request with a ``session_id`` whose prompt continues a finished one) prefills
+            only its new tokens (``aloft.inference.prefix_cache``); 0 turns it off.
     """
 
     def __init__(
@@ -97,9 +104,14 @@ class HFEngine:
         device: str | torch.device = "cpu",
         seed: int = 0,
         batch_wait_s: float = 0.002,
+        prefix_cache_gb: float = 2.0,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"HFEngine: max_batch_size must be >= 1, got {max_batch_size}")
+        if prefix_cache_gb < 0:
+            raise ValueError(
+                f"HFEngine: prefix_cache_gb must be >= 0 (0 turns the cache off), got {prefix_cache_gb}"
+            )
         torch_dtype = _parse_dtype(dtype, torch.device(device))
         if not isinstance(model_or_path, str | os.PathLike) and tokenizer is None:
             raise ValueError("HFEngine needs a tokenizer with a model object: HFEngine(model, tokenizer)")
@@ -115,6 +127,7 @@ class HFEngine:
         self.max_batch_size = max_batch_size
         self.batch_wait_s = batch_wait_s
         self.stats = EngineStats()
+        self.prefix_cache = PrefixCache(int(prefix_cache_gb * 2**30))
         self.limits = DecodeLimits(
             eos_ids=end_of_completion_ids(tokenizer, getattr(model, "generation_config", None)),
             pad_id=_pad_id(tokenizer),
@@ -202,7 +215,12 @@ class HFEngine:
         """Continuous batching: admit queued requests whenever rows are free, deliver rows as they end."""
         started = time.perf_counter()
         decoder = BatchDecoder(
-            self.model, self.tokenizer, self.limits, version=self._version, max_rows=self.max_batch_size
+            self.model,
+            self.tokenizer,
+            self.limits,
+            version=self._version,
+            max_rows=self.max_batch_size,
+            prefix_cache=self.prefix_cache,
         )
         try:
             while True:
@@ -210,10 +228,12 @@ class HFEngine:
                     joining = take(self.max_batch_size - len(decoder))
                     if joining:
                         requests = [request for request, _, _ in joining]
+                        prefilled = decoder.prefilled_tokens
                         decoder.admit(requests, [seed for _, seed, _ in joining], [h for _, _, h in joining])
                         self.stats.batches += 1
                         self.stats.requests += len(requests)
                         self.stats.prompt_tokens += sum(len(r.prompt_ids) for r in requests)
+                        self.stats.prefilled_tokens += decoder.prefilled_tokens - prefilled
                 if not len(decoder):
                     return
                 for handle, completion in decoder.step():
@@ -236,6 +256,7 @@ class HFEngine:
                 for name, tensor in weights:
                     targets[name].copy_(tensor.detach())  # copy_ casts to the engine's dtype and device
         repack_linears(self.model)
+        self.prefix_cache.clear()  # cached keys and values belong to the old weights
         self._version = version
 
     def _load_checkpoint(self, path: Path, targets: dict[str, torch.Tensor]) -> None:
@@ -255,6 +276,7 @@ class HFEngine:
                     targets[name].copy_(handle.get_tensor(name))
 
     def _offload(self) -> None:
+        self.prefix_cache.clear()
         if self.device.type != "cpu":
             self.model.to("cpu")
             getattr(torch, self.device.type).empty_cache()
@@ -274,7 +296,8 @@ def _private_model(
     else:
         model = copy.deepcopy(model_or_path).to(dtype)  # training the original never races with generation
     if hasattr(model, "set_attn_implementation"):
-        model.set_attn_implementation("sdpa")
+        # A group's prompt is then stored once and read once per decode step (aloft.inference.shared_prefix).
+        model.set_attn_implementation(SHARED_PREFIX_ATTENTION if shared_prefix_supported(model) else "sdpa")
     model = model.requires_grad_(False).to(device).eval()
     if prepacking_supported(model):
         prepack_linears(model)

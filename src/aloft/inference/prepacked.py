@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from aloft.models.precision import cpu_flags
+
 _BATCH_HINT = 32
 """Rows oneDNN is told to expect when choosing the packed layout (any row count works)."""
 
@@ -30,6 +32,8 @@ def prepacking_supported(model: nn.Module) -> bool:
         and torch.backends.mkldnn.is_available()
         and hasattr(torch.ops.mkldnn, "_linear_pointwise")
         and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+        # oneDNN's bf16 reorder refuses CPUs without these (e.g. an AVX2-only EPYC).
+        and ("avx_ne_convert" in cpu_flags() or {"avx512bw", "avx512vl", "avx512dq"} <= cpu_flags())
     )
 
 

@@ -23,10 +23,16 @@ def fast_dtype(device: torch.device | str = "cpu") -> torch.dtype:
     return torch.float32
 
 
-@functools.cache
 def cpu_has_native_bf16() -> bool:
+    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags from /proc/cpuinfo (empty where there is none)."""
     try:
-        flags = Path("/proc/cpuinfo").read_text()
+        info = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+        return frozenset()
+    line = next((line for line in info.splitlines() if line.startswith("flags")), "")
+    return frozenset(line.partition(":")[2].split())

@@ -82,3 +82,65 @@ def test_training_with_the_vllm_engine(tmp_path, tiny_overrides):
         assert (expected - torch.tensor(completion.logprobs)).abs().max() < 1e-3
     finally:
         trainer.c.close()
+
+
+def test_text2sql_training_with_the_vllm_engine(tmp_path):
+    """Issue 24: the SQL env's long prompts (2-3k tokens each with the tiny byte-level tokenizer), seeded
+    and batched, add up to more than vLLM's token budget per step; on CPU that used to fail with
+    "CPU Generator does not use offset" (vLLM rewinding chunked-prefill requests' generators). The
+    trainer records a failed rollout as an env error and goes on, so the check is on the step's
+    statuses. One step: after such a failure the in-process vLLM engine did not recover (the next
+    step's generate never returned)."""
+    from aloft.models import build_tiny_model
+
+    model_dir = build_tiny_model(
+        tmp_path / "tiny32-long",
+        hidden_size=64,
+        num_heads=2,
+        num_kv_heads=1,
+        head_dim=32,  # vLLM's CPU attention needs head_dim >= 32
+        max_position_embeddings=8192,  # room for the SQL schemas
+    )
+    cfg = load_config(
+        None,
+        [
+            "env=text2sql",
+            f"model.path={model_dir}",
+            f"trainer.run_root={tmp_path / 'runs'}",
+            "trainer.progress_bar=false",
+            "trainer.loggers=[jsonl]",
+            "trainer.max_steps=1",
+            "trainer.prompts_per_step=2",
+            "trainer.eval_every=0",
+            "trainer.checkpoint_every=0",
+            "trainer.export_final=false",
+            "trainer.eval_before_training=false",
+            "generator.n_samples=2",
+            "generator.max_new_tokens=8",
+            "data.train_size=4",
+            "data.eval_size=0",
+            "engine.backend=vllm",
+            "engine.dtype=float32",
+            "optim.bf16_autocast=false",
+            "optim.lr=1e-3",
+        ],
+    )
+    trainer = Trainer(cfg)
+    try:
+        prompt_tokens = [
+            len(trainer.c.tokenizer.apply_chat_template(row.prompt, add_generation_prompt=True)["input_ids"])
+            for row in trainer.c.train_rows
+        ]
+        # The step's two distinct prompts alone exceed vLLM's default CPU token budget per step (4096
+        # with chunked prefill), which would split one of them.
+        assert 2 * min(prompt_tokens) > 4096
+        final = trainer.fit()
+        assert final["status/env_error"] == 0.0  # every rollout's generation went through
+        assert final["completion/mean_len"] > 0
+        assert trainer.c.engine.version == 1
+        for key in ("reward/mean", "policy/loss", "timing/step_s"):
+            assert math.isfinite(final[key]), key
+        # vLLM's logprobs over the long prompts agree with the trainer's recomputation (fp32).
+        assert final["logprob/sampler_abs_diff"] < 1e-2
+    finally:
+        trainer.c.close()

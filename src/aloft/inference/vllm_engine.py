@@ -17,6 +17,10 @@ and a multi-turn trajectory's earlier turns reuse their KV cache.
   The prefix cache is reset afterwards, so no KV computed by old weights is reused.
 - ``sleep``/``wake_up`` use vLLM's sleep mode (level 1: weights offloaded, KV cache dropped) on GPUs;
   vLLM has no sleep mode on CPU, where they only hold generation back.
+- Prefill on CPU: no prompt is ever prefilled in parts (``enable_chunked_prefill=False``, so vLLM's
+  token budget per step becomes ``max(max_model_len, 4096)``). Every request carries a seed, and vLLM
+  rewinds a partially prefilled seeded request's ``torch.Generator`` with ``set_offset``, which CPU
+  generators do not implement (see ``_cpu_prefill_kwargs``).
 - The engine core runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), on aloft's torch compute
   thread: no ``if __name__ == "__main__"`` guard needed in user scripts, and weight updates pass
   tensors without a copy through a file. ``in_process=False`` keeps vLLM's own engine-core process.
@@ -126,6 +130,7 @@ class VLLMEngine:
             "enforce_eager": on_cpu if enforce_eager is None else enforce_eager,
             "logprobs_mode": "processed_logprobs",
             **({} if on_cpu else {"gpu_memory_utilization": gpu_memory_utilization}),
+            **(_cpu_prefill_kwargs(engine_kwargs, max_model_len) if on_cpu else {}),
             **engine_kwargs,
         }
         executor = compute_executor()
@@ -276,6 +281,43 @@ def _on_cpu() -> bool:
     import torch
 
     return not torch.cuda.is_available()
+
+
+def _cpu_prefill_kwargs(engine_kwargs: Mapping[str, Any], max_model_len: int | None) -> dict[str, Any]:
+    """vLLM settings on CPU that keep every prompt's prefill in one step; reject those that split it.
+
+    When vLLM's scheduler prefills a request in chunks, the sampler still draws a token for it at the
+    end of each partial chunk, and the model runner throws that token away and rewinds the request's
+    seeded generator: ``gen.set_offset(gen.get_offset() - 4)`` (``GPUModelRunner._bookkeeping_sync``,
+    vllm/v1/worker/gpu_model_runner.py, inherited by the CPU model runner). CPU generators have no
+    offset (``RuntimeError: CPU Generator does not use offset``), and aloft seeds every request, so with
+    chunked prefill (vLLM's default) any batch whose prompts add up to more than the token budget
+    (``max_num_batched_tokens``, 4096 on CPU) failed. With ``enable_chunked_prefill=False`` the V1
+    scheduler admits a waiting request only when its whole prompt fits in the step's remaining budget
+    (vllm/v1/core/sched/scheduler.py) and vLLM raises the budget to at least ``max_model_len``
+    (``EngineArgs``), so a request is never partially prefilled and no memory is spent on a budget
+    sized for the whole batch. ``long_prefill_token_threshold`` would still cut prompts, so it is
+    refused too. (vLLM logs that the model "does not officially support disabling chunked prefill";
+    decoder-only models run unchunked prefill on CPU as vLLM's own MLA path does.)
+    """
+    if engine_kwargs.get("enable_chunked_prefill"):
+        raise ValueError(
+            "VLLMEngine: enable_chunked_prefill=True does not work on CPU (vLLM rewinds a partially "
+            "prefilled seeded request's generator, which CPU generators cannot do); leave it unset"
+        )
+    if engine_kwargs.get("long_prefill_token_threshold"):
+        raise ValueError(
+            "VLLMEngine: long_prefill_token_threshold splits prompts, which fails on CPU (seeded requests "
+            "cannot be partially prefilled); leave it unset"
+        )
+    for name in ("max_num_batched_tokens", "max_num_scheduled_tokens"):
+        budget = engine_kwargs.get(name)
+        if budget is not None and max_model_len is not None and budget < max_model_len:
+            raise ValueError(
+                f"VLLMEngine: {name}={budget} is below max_model_len={max_model_len}; on CPU a prompt "
+                f"is prefilled in one step, so set {name} >= {max_model_len} or leave it unset"
+            )
+    return {"enable_chunked_prefill": False}
 
 
 def _parse_dtype(dtype: str, on_cpu: bool) -> str:

@@ -70,6 +70,8 @@ class EngineStats:
     completion_tokens: int = 0
     prefilled_tokens: int = 0
     """Prompt tokens run through the model: shared prompts count once, reused caches not at all."""
+    prefill_seconds: float = 0.0
+    """Wall time spent admitting requests (their prefill), part of ``busy_seconds``."""
     busy_seconds: float = 0.0
     """Wall time spent inside batches (the worker thread), excluding queueing."""
 
@@ -206,6 +208,7 @@ class HFEngine:
         """Fail queued requests (a batch in flight runs to its end); the shared compute thread stays."""
         self._closed = True
         self._batcher.close()
+        self.prefix_cache.clear()
 
     # ------------------------------------------------------------------------------------------------
     # Batches, weights and memory (the compute thread)
@@ -228,12 +231,13 @@ class HFEngine:
                     joining = take(self.max_batch_size - len(decoder))
                     if joining:
                         requests = [request for request, _, _ in joining]
-                        prefilled = decoder.prefilled_tokens
+                        prefilled, admitting = decoder.prefilled_tokens, time.perf_counter()
                         decoder.admit(requests, [seed for _, seed, _ in joining], [h for _, _, h in joining])
                         self.stats.batches += 1
                         self.stats.requests += len(requests)
                         self.stats.prompt_tokens += sum(len(r.prompt_ids) for r in requests)
                         self.stats.prefilled_tokens += decoder.prefilled_tokens - prefilled
+                        self.stats.prefill_seconds += time.perf_counter() - admitting
                 if not len(decoder):
                     return
                 for handle, completion in decoder.step():

@@ -434,7 +434,7 @@ def bench_multiturn(
                     GenerationRequest(
                         prompt_ids=history,
                         sampling=SamplingParams(
-                            max_tokens=args.turn_tokens, temperature=TEMPERATURE, seed=turn
+                            max_tokens=args.turn_tokens, temperature=TEMPERATURE, seed=100 * turn + j
                         ),
                         session_id=f"trajectory-{j}",
                     )

@@ -244,17 +244,24 @@ def _left_pad(states: torch.Tensor, width: int) -> torch.Tensor:
 
 
 def attention_with_lse(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: torch.Tensor | None, scale: float
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    bias: torch.Tensor | None,
+    scale: float,
+    *,
+    flash: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Softmax attention and its log-sum-exp: ``([N, H, Q, D] in query's dtype, [N, H, Q] float32)``.
 
-    ``bias``: additive mask broadcastable to ``[N, H, Q, K]`` (0 / -inf). A query that sees no key gets
-    zeros. Half precision on CPU runs SDPA's flash kernel (float32 accumulation, reads the keys once
-    per block of queries); everything else plain float32 matmuls. Not the flash kernel in float32:
-    its result for a batch entry depends on where the entry's keys sit in memory (two identical rows
-    of one batch differed by 1e-7), and identical requests must get identical logprobs.
+    ``bias``: additive mask broadcastable to ``[N, H, Q, K]`` (0 / -inf); a query that sees no key gets
+    zeros. On CPU, ``flash`` (and any half precision) runs SDPA's flash kernel: float32 accumulation,
+    keys read once per block of queries, 1.5x faster than the matmuls on 24 queries x 1,024 keys. Not
+    by default in float32: its result for a batch entry depends on where the entry's keys sit in memory
+    (two identical rows of one batch differed by 1e-7), and identical requests must get identical
+    logprobs. Elsewhere plain float32 matmuls.
     """
-    if query.device.type == "cpu" and query.dtype in (torch.bfloat16, torch.float16):
+    if query.device.type == "cpu" and (flash or query.dtype in (torch.bfloat16, torch.float16)):
         if bias is not None:
             bias = bias.to(query.dtype)
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
@@ -329,7 +336,10 @@ def shared_prefix_attention(
         .reshape(count, kv_heads, per_segment * groups * new, dim)
     )
     shared_keys, shared_values = segments.batch.plan_states(segments, module.layer_idx)
-    out_shared, lse_shared = attention_with_lse(stacked, shared_keys, shared_values, segments.key_bias, scale)
+    # Identical rows share a segment, i.e. one batch entry of this call: the flash kernel is safe here.
+    out_shared, lse_shared = attention_with_lse(
+        stacked, shared_keys, shared_values, segments.key_bias, scale, flash=True
+    )
     out_shared = (
         out_shared.view(count, kv_heads, per_segment, groups * new, dim)
         .transpose(1, 2)

@@ -32,6 +32,7 @@ in its own environment (``scripts/setup_vllm_cpu.sh``; DESIGN.md §7: head_dim >
 from __future__ import annotations
 
 import gc
+import math
 import os
 import tempfile
 from collections.abc import Mapping
@@ -81,7 +82,7 @@ class VLLMEngine:
         enable_prefix_caching: reuse KV of shared prompt prefixes (group samples, earlier turns).
         enforce_eager: skip torch.compile / CUDA graphs (None: eager on CPU, where compiling a
             small model costs more than it saves in a short run).
-        kv_cache_gb: KV cache size on CPU (``VLLM_CPU_KVCACHE_SPACE``); on GPUs use
+        kv_cache_gb: KV cache size on CPU (``VLLM_CPU_KVCACHE_SPACE``, whole GiB, rounded up); on GPUs use
             ``gpu_memory_utilization``.
         in_process: run vLLM's engine core in this process (see the module docstring).
         batch_wait_s: how long the batcher lets callers gather before a batch.
@@ -113,7 +114,8 @@ class VLLMEngine:
                 "save_pretrained() and pass its directory"
             )
         os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")  # DESIGN.md §7: loopback only
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{kv_cache_gb:g}")
+        # vLLM parses the variable as whole GiB (2.5 failed its config validation): round up.
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, math.ceil(kv_cache_gb))))
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
         vllm = _import_vllm()
         self.model_path = resolve_model_path(os.fspath(model_or_path))

@@ -215,3 +215,47 @@ def test_a_weight_update_between_turns_starts_a_new_segment(tiny_model_dir, toke
         (a, b), (c, d) = trajectory.info["segments"]
         assert b <= c and all(trajectory.loss_mask[a:b]) and all(trajectory.loss_mask[c:d])
         assert sum(trajectory.loss_mask) == (b - a) + (d - c)
+
+
+def test_multi_turn_episodes_prefill_each_history_once_and_equal_runs_without_the_cache(
+    tiny_model_dir, tokenizer
+):
+    """The hf engine's prefix cache: a trajectory's next turn prefills only the tokens after its previous
+    one (the generator re-sends prompt + completion + observation), and trajectories are unchanged."""
+
+    def run(prefix_cache_gb):
+        engine = make_engine(
+            "hf",
+            model_or_path=tiny_model_dir,
+            tokenizer=tokenizer,
+            dtype="float32",
+            prefix_cache_gb=prefix_cache_gb,
+        )
+        try:
+            gen = Generator(
+                engine,
+                tokenizer,
+                limits=EpisodeLimits(max_turns=3, max_total_tokens=200),
+                env_configs={"arithmetic": {"max_turns": 3}},
+            )
+            groups = gen.generate_sync(
+                rows(3), n=2, sampling=SamplingParams(max_tokens=12, temperature=1.0), seed=4
+            )
+            return [t for g in groups for t in g.trajectories], engine.stats
+        finally:
+            engine.close()
+
+    cached, cached_stats = run(2.0)
+    plain, plain_stats = run(0.0)
+    assert [t.completion_ids for t in cached] == [t.completion_ids for t in plain]
+    for a, b in zip(cached, plain):
+        assert a.sampler_logprobs == pytest.approx(b.sampler_logprobs, abs=1e-4)
+    later_turns = sum(t.info["turns"] - 1 for t in cached)
+    assert later_turns > 0, "the random tiny model should fail arithmetic and get retries"
+    # Each later turn prefills its previous turn's last token and the observation, nothing before them.
+    new_tokens = sum(1 + end - start for t in cached for start, end in t.info["observation_spans"])
+    prompts_once = sum(len(t.prompt_ids) for t in cached[::2])  # a group's two samples share the prompt
+    assert cached_stats.prefilled_tokens == prompts_once + new_tokens
+    assert plain_stats.prefilled_tokens > cached_stats.prefilled_tokens + later_turns * min(
+        len(t.prompt_ids) for t in cached
+    )

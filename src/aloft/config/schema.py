@@ -11,7 +11,15 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, NonNegativeInt, PositiveInt, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveInt,
+    field_validator,
+    model_validator,
+)
 
 
 class Section(BaseModel):
@@ -90,6 +98,9 @@ class EngineConfig(Section):
     avx512_bf16/AMX), float32 elsewhere (bf16 is several times slower on an AVX2-only CPU)."""
     max_batch_size: int = 64
     """Most sequences the engine decodes at once."""
+    prefix_cache_gb: NonNegativeFloat = 2.0
+    """hf engine: memory for the KV of finished turns and prompts, so a trajectory's next turn
+    prefills only its new tokens (least recently used out first; 0 turns it off)."""
     urls: list[str] = []
     """Server URLs for backend=remote (any OpenAI-compatible server: aloft serve, vllm serve, ...)."""
     api_key: str | None = None
@@ -97,6 +108,10 @@ class EngineConfig(Section):
     server: Literal["aloft", "vllm", "sglang"] = "aloft"
     """backend=remote: the servers' kind (aloft serve; vllm serve started with VLLM_SERVER_DEV_MODE=1
     and --logprobs-mode processed_logprobs; or SGLang, spoken to through its native /generate)."""
+
+    def backend_options(self) -> dict[str, Any]:
+        """Settings only this section's backend takes, as engine constructor arguments."""
+        return {"prefix_cache_gb": self.prefix_cache_gb} if self.backend == "hf" else {}
 
 
 class AlgorithmConfig(Section):

@@ -4,11 +4,15 @@ Runs synchronously on the engine's compute thread. Identical prompts (the n samp
 prefilled once and share the result. Rows finish independently (EOS / stop token, stop string,
 ``max_tokens``, context limit); a finished row leaves the batch and the KV cache at once, and new rows
 can join between steps.
+
+With shared-prefix attention (``aloft.inference.shared_prefix``, every plain causal-attention model)
+a prompt's keys and values are stored once, as a *segment*, and each row caches only its own tokens;
+a request that continues a segment, or a finished row kept in the engine's ``PrefixCache`` (the
+previous turn of its trajectory), prefills only its new tokens.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +24,7 @@ from aloft.inference.kv_cache import AppendableLayer
 from aloft.inference.prefix_cache import CachedHistory, CachedSegment, PrefixCache, longest_prefix
 from aloft.inference.sampling import sample_next_tokens
 from aloft.inference.shared_prefix import SHARED_PREFIX_ATTENTION, SegmentBatch
+from aloft.inference.stopping import DecodeLimits, stop_window
 from aloft.models.compat import cache_kwarg
 from aloft.types import Completion, GenerationRequest
 
@@ -47,42 +52,6 @@ class _Reuse:
 
     segment: tuple[int, ...]
     history: CachedHistory | None
-
-
-@dataclass(frozen=True)
-class DecodeLimits:
-    """Engine-wide decoding settings shared by every row of a batch."""
-
-    eos_ids: frozenset[int]
-    """Tokens that end a completion for every request (tokenizer / generation_config EOS, ``<|im_end|>``)."""
-    pad_id: int
-    max_positions: int
-    """The model's context length: prompt + completion never exceeds it."""
-
-
-def end_of_completion_ids(
-    tokenizer: PreTrainedTokenizerBase, generation_config: Any | None
-) -> frozenset[int]:
-    """Every token that ends a completion: tokenizer EOS, ``generation_config`` EOS, and ``<|im_end|>``."""
-    ids = set(_as_id_list(tokenizer.eos_token_id))
-    if generation_config is not None:
-        ids |= set(_as_id_list(generation_config.eos_token_id))
-    im_end = tokenizer.get_vocab().get("<|im_end|>")
-    if im_end is not None:
-        ids.add(int(im_end))
-    return frozenset(ids)
-
-
-def _as_id_list(ids: int | Iterable[int] | None) -> list[int]:
-    if ids is None:
-        return []
-    return [ids] if isinstance(ids, int) else [int(i) for i in ids]
-
-
-def _stop_window(stop: list[str]) -> int:
-    # A token decodes to at least one byte, so a stop string of n bytes spans at most n tokens;
-    # 3 more cover a multi-byte character split across the window's first token.
-    return max((len(s.encode("utf-8")) for s in stop), default=-3) + 3
 
 
 def _finish_reason(row: _Row, token: int, tokenizer: PreTrainedTokenizerBase, room: int) -> str | None:
@@ -178,7 +147,7 @@ class BatchDecoder:
             _Row(
                 request=request,
                 stop_ids=self.limits.eos_ids | frozenset(request.sampling.stop_token_ids),
-                stop_window=_stop_window(request.sampling.stop) if request.sampling.stop else 0,
+                stop_window=stop_window(request.sampling.stop) if request.sampling.stop else 0,
             )
             for request in requests
         ]

@@ -30,10 +30,11 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from aloft.inference.base import WeightsSource, register_engine
 from aloft.inference.batching import Deliver, RequestBatcher, Take, check_prompt
-from aloft.inference.decoding import BatchDecoder, DecodeLimits, end_of_completion_ids
+from aloft.inference.decoding import BatchDecoder
 from aloft.inference.prefix_cache import PrefixCache
 from aloft.inference.prepacked import prepack_linears, prepacking_supported, repack_linears
 from aloft.inference.shared_prefix import SHARED_PREFIX_ATTENTION, shared_prefix_supported
+from aloft.inference.stopping import DecodeLimits, end_of_completion_ids
 from aloft.models.compute_thread import compute_executor, on_compute_thread
 from aloft.models.loading import load_model, load_tokenizer
 from aloft.models.precision import fast_dtype

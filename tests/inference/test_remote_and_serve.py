@@ -89,6 +89,28 @@ def test_token_out_lengths_max_tokens_and_matching_logprobs(remote, local, promp
     assert c.text == ref.text
 
 
+def test_a_sessions_next_turn_reuses_the_served_engines_cache(tiny_model_dir, tokenizer, prompt):
+    """The remote engine's X-Session-Id reaches the served hf engine, whose prefix cache then keeps the
+    trajectory: its second turn prefills only the tokens after the first."""
+    engine = HFEngine(tiny_model_dir)
+    with ServerThread(build_app(engine, tokenizer, model_name="tiny")) as server:
+        remote = RemoteEngine([server.url], timeout_s=30)
+        try:
+            (first,) = asyncio.run(
+                remote.generate([req(prompt, session_id="traj-1", max_tokens=6, temperature=0)])
+            )
+            before = engine.stats.prefilled_tokens
+            turn_two = prompt + first.token_ids + [5, 6, 7]
+            asyncio.run(remote.generate([req(turn_two, session_id="traj-1", max_tokens=4, temperature=0)]))
+            assert (
+                engine.stats.prefilled_tokens - before == 1 + 3
+            )  # the last sampled token and the observation
+            assert engine.prefix_cache.hits == 1
+        finally:
+            remote.close()
+    engine.close()
+
+
 def test_http_api_key_and_openai_fields(served, prompt):
     url, _ = served
     assert httpx.get(f"{url}/health").status_code == 200

@@ -272,3 +272,36 @@ def test_the_cache_keeps_to_its_budget_least_recently_used_out():
     assert cache.take_history([1, 2, 11, 11, 11, 11, 5], set()) is None  # its segment is gone: useless
     with pytest.raises(ValueError, match="max_bytes must be >= 0"):
         PrefixCache(max_bytes=-1)
+
+
+@pytest.mark.slow
+def test_smollm2_at_1024_prompt_tokens_samples_what_the_trainer_computes():
+    """SmolLM2-135M, 2 prompts x 3 samples of 1,024 tokens: sampler logprobs equal a full forward pass."""
+    from aloft.models import load_model, load_tokenizer, resolve_model_path
+
+    path = resolve_model_path("smollm2-135m-instruct")
+    tokenizer = load_tokenizer(path)
+    vocabulary = [i for i in range(1000, 20000) if i not in set(tokenizer.all_special_ids)]
+    rng = random.Random(5)
+    prompts = [[rng.choice(vocabulary) for _ in range(1024 - 9 * i)] for i in range(2)]
+    batch = [
+        _request(p, max_tokens=6, temperature=1.0, seed=3 * i + j)
+        for i, p in enumerate(prompts)
+        for j in range(3)
+    ]
+    engine = HFEngine(path, dtype="float32")
+    try:
+        assert engine.model.config._attn_implementation == SHARED_PREFIX_ATTENTION
+        completions = _generate(engine, batch)
+        assert engine.stats.prefilled_tokens == sum(len(p) for p in prompts)
+    finally:
+        engine.close()
+    model = load_model(path, dtype=torch.float32).eval()
+    for request, completion in zip(batch, completions):
+        ids = torch.tensor([request.prompt_ids + completion.token_ids])
+        with torch.no_grad():
+            logits = model(ids).logits[0, len(request.prompt_ids) - 1 : -1].float()
+        trainer = (
+            torch.log_softmax(logits, -1).gather(1, torch.tensor(completion.token_ids)[:, None]).squeeze(1)
+        )
+        torch.testing.assert_close(torch.tensor(completion.logprobs), trainer, atol=2e-4, rtol=0)

@@ -33,6 +33,32 @@ def env_rows(env_id: str, n: int):
     return cfg, [validate_row({**r, "env_class": env_id}, i, env_id) for i, r in enumerate(raw)]
 
 
+def env_training_overrides(
+    env_id: str, model_dir: str, run_root, *, steps: int, max_new_tokens: int
+) -> list[str]:
+    """A seconds-long float32 run of ``env_id`` on a tiny model: 2 prompts x 2 samples a step, no eval."""
+    return [
+        f"env={env_id}",
+        f"model.path={model_dir}",
+        f"trainer.run_root={run_root}",
+        "trainer.progress_bar=false",
+        "trainer.loggers=[jsonl]",
+        f"trainer.max_steps={steps}",
+        "trainer.prompts_per_step=2",
+        "trainer.eval_every=0",
+        "trainer.checkpoint_every=0",
+        "trainer.export_final=false",
+        "trainer.eval_before_training=false",
+        "generator.n_samples=2",
+        f"generator.max_new_tokens={max_new_tokens}",
+        "data.train_size=4",
+        "data.eval_size=0",
+        "engine.dtype=float32",
+        "optim.bf16_autocast=false",
+        "optim.lr=1e-3",
+    ]
+
+
 @pytest.fixture(scope="module")
 def long_tiny_model(tmp_path_factory):
     """A tiny model with room for the SQL prompts (schemas run to thousands of byte-level tokens)."""
@@ -100,27 +126,7 @@ def test_token_in_token_out(env_id, tiny_model_dir):
 @pytest.mark.parametrize("env_id", sorted(BUILTIN_ENVS))
 def test_each_env_trains_with_a_tiny_model(env_id, long_tiny_model, tmp_path):
     cfg = load_config(
-        None,
-        [
-            f"env={env_id}",
-            f"model.path={long_tiny_model}",
-            f"trainer.run_root={tmp_path}",
-            "trainer.progress_bar=false",
-            "trainer.loggers=[jsonl]",
-            "trainer.max_steps=2",
-            "trainer.prompts_per_step=2",
-            "trainer.eval_every=0",
-            "trainer.checkpoint_every=0",
-            "trainer.export_final=false",
-            "trainer.eval_before_training=false",
-            "generator.n_samples=2",
-            "generator.max_new_tokens=12",
-            "data.train_size=4",
-            "data.eval_size=0",
-            "engine.dtype=float32",
-            "optim.bf16_autocast=false",
-            "optim.lr=1e-3",
-        ],
+        None, env_training_overrides(env_id, long_tiny_model, tmp_path, steps=2, max_new_tokens=12)
     )
     final = Trainer(cfg).fit()
     for key in ("reward/mean", "policy/loss", "timing/step_s"):

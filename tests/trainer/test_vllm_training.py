@@ -92,6 +92,7 @@ def test_text2sql_training_with_the_vllm_engine(tmp_path):
     statuses. One step: after such a failure the in-process vLLM engine did not recover (the next
     step's generate never returned)."""
     from aloft.models import build_tiny_model
+    from tests.trainer.test_every_env import env_training_overrides
 
     model_dir = build_tiny_model(
         tmp_path / "tiny32-long",
@@ -101,30 +102,8 @@ def test_text2sql_training_with_the_vllm_engine(tmp_path):
         head_dim=32,  # vLLM's CPU attention needs head_dim >= 32
         max_position_embeddings=8192,  # room for the SQL schemas
     )
-    cfg = load_config(
-        None,
-        [
-            "env=text2sql",
-            f"model.path={model_dir}",
-            f"trainer.run_root={tmp_path / 'runs'}",
-            "trainer.progress_bar=false",
-            "trainer.loggers=[jsonl]",
-            "trainer.max_steps=1",
-            "trainer.prompts_per_step=2",
-            "trainer.eval_every=0",
-            "trainer.checkpoint_every=0",
-            "trainer.export_final=false",
-            "trainer.eval_before_training=false",
-            "generator.n_samples=2",
-            "generator.max_new_tokens=8",
-            "data.train_size=4",
-            "data.eval_size=0",
-            "engine.backend=vllm",
-            "engine.dtype=float32",
-            "optim.bf16_autocast=false",
-            "optim.lr=1e-3",
-        ],
-    )
+    overrides = env_training_overrides("text2sql", model_dir, tmp_path / "runs", steps=1, max_new_tokens=8)
+    cfg = load_config(None, [*overrides, "engine.backend=vllm"])
     trainer = Trainer(cfg)
     try:
         prompt_tokens = [

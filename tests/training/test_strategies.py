@@ -153,5 +153,8 @@ def test_deepspeed_zero3_two_ranks_equal_the_single_process_update(tiny_model_di
         assert torch.allclose(zero["grads"][name].reshape(grad.shape), grad, rtol=1e-4, atol=1e-7), name
     for key in ("policy/loss", "policy/grad_norm", "policy/entropy"):
         assert zero["metrics"][key] == pytest.approx(metrics[key], rel=1e-5, abs=1e-7), key
+    # AdamW divides by sqrt(v) + eps, so a gradient near eps carries its (allowed) rounding difference into
+    # the step almost whole: on an AVX2 EPYC one o_proj gradient of 3.07e-7 came out 3.02e-7 over 2 ranks
+    # and its step moved by 2.5e-6. A wrong update is off by up to lr (1e-3): 1% of lr still catches it.
     for name, weight in single.named_weights():
-        assert torch.allclose(zero["weights"][name], weight, rtol=1e-5, atol=1e-6), name
+        assert torch.allclose(zero["weights"][name], weight, rtol=1e-5, atol=1e-2 * settings().lr), name

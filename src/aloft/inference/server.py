@@ -49,7 +49,7 @@ import uuid
 from typing import Any
 
 import uvicorn
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, Header, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 
@@ -149,10 +149,12 @@ def build_app(
         }
 
     @app.post("/v1/completions", dependencies=auth)
-    async def completions(body: CompletionBody) -> dict[str, Any]:
+    async def completions(
+        body: CompletionBody, x_session_id: str | None = Header(default=None)
+    ) -> dict[str, Any]:
         stats.completions += 1
         prompts = _prompt_ids(body.prompt, tokenizer)
-        results = await _generate(engine, prompts, body, body.max_tokens)
+        results = await _generate(engine, prompts, body, body.max_tokens, x_session_id)
         choices = []
         for index, (completion, _) in enumerate(results):
             choice: dict[str, Any] = {
@@ -171,7 +173,9 @@ def build_app(
         return _response("text_completion", choices, prompts, results, engine, model_name)
 
     @app.post("/v1/chat/completions", dependencies=auth)
-    async def chat_completions(body: ChatBody) -> dict[str, Any]:
+    async def chat_completions(
+        body: ChatBody, x_session_id: str | None = Header(default=None)
+    ) -> dict[str, Any]:
         stats.chat_completions += 1
         kwargs: dict[str, Any] = {"add_generation_prompt": True, "tokenize": True}
         if body.tools:
@@ -184,7 +188,7 @@ def build_app(
             ids = ids["input_ids"]
         prompts = [list(ids)]
         max_tokens = body.max_completion_tokens or body.max_tokens
-        results = await _generate(engine, prompts, body, max_tokens)
+        results = await _generate(engine, prompts, body, max_tokens, x_session_id)
         choices = []
         for index, (completion, _) in enumerate(results):
             choice = {
@@ -264,8 +268,14 @@ def _prompt_ids(prompt: Any, tokenizer: Any) -> list[list[int]]:
 
 
 async def _generate(
-    engine: InferenceEngine, prompts: list[list[int]], body: _Sampling, max_tokens: int | None
+    engine: InferenceEngine,
+    prompts: list[list[int]],
+    body: _Sampling,
+    max_tokens: int | None,
+    session_id: str | None = None,
 ) -> list[tuple[Completion, list[int]]]:
+    """``session_id``: the caller's ``X-Session-Id`` (aloft's remote engine sends one per trajectory), so an
+    engine may keep a trajectory's KV cache for its next turn; each of ``n`` samples is its own session."""
     stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
     if body.n < 1:
         raise HTTPException(status_code=400, detail=f"n must be >= 1, got {body.n}")
@@ -282,7 +292,8 @@ async def _generate(
                     stop_token_ids=list(body.stop_token_ids or []),
                     seed=None if body.seed is None else body.seed + i,
                 )
-                requests.append(GenerationRequest(prompt_ids=prompt, sampling=sampling))
+                session = None if session_id is None else (session_id if body.n == 1 else f"{session_id}/{i}")
+                requests.append(GenerationRequest(prompt_ids=prompt, sampling=sampling, session_id=session))
         completions = await engine.generate(requests)
     except ValueError as error:
         raise HTTPException(status_code=400, detail=str(error)) from error

@@ -10,6 +10,14 @@ import pytest
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def build_vllm_tiny_model(path: Path, **overrides) -> str:
+    """A tiny random Llama that vLLM's CPU attention accepts (head_dim >= 32); ``overrides`` go to build_tiny_model."""
+    from aloft.models import build_tiny_model
+
+    shape = {"hidden_size": 64, "num_heads": 2, "num_kv_heads": 1, "head_dim": 32, "seed": 0}
+    return build_tiny_model(path, **{**shape, **overrides})
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     from aloft.models import build_tiny_model

@@ -221,16 +221,9 @@ class Contract:
 
 @pytest.fixture(scope="module")
 def contract_model_dir(tmp_path_factory):
-    from aloft.models import build_tiny_model
+    from tests.conftest import build_vllm_tiny_model
 
-    return build_tiny_model(
-        tmp_path_factory.mktemp("contract-model") / "llama",
-        hidden_size=64,
-        num_heads=2,
-        num_kv_heads=1,
-        head_dim=32,  # vLLM's CPU attention needs head_dim >= 32
-        seed=0,
-    )
+    return build_vllm_tiny_model(tmp_path_factory.mktemp("contract-model") / "llama")
 
 
 @pytest.fixture(scope="module")

@@ -40,16 +40,10 @@ def _on_cpu() -> bool:
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    from aloft.models import build_tiny_model
+    from tests.conftest import build_vllm_tiny_model
 
-    return build_tiny_model(
-        tmp_path_factory.mktemp("vllm-engine-model") / "llama",
-        hidden_size=64,
-        num_heads=2,
-        num_kv_heads=1,
-        head_dim=32,  # vLLM's CPU attention needs head_dim >= 32
-        max_position_embeddings=MAX_MODEL_LEN,
-        seed=0,
+    return build_vllm_tiny_model(
+        tmp_path_factory.mktemp("vllm-engine-model") / "llama", max_position_embeddings=MAX_MODEL_LEN
     )
 
 

@@ -25,12 +25,9 @@ pytestmark = [
 
 
 def test_training_with_the_vllm_engine(tmp_path, tiny_overrides):
-    from aloft.models import build_tiny_model
+    from tests.conftest import build_vllm_tiny_model
 
-    # vLLM's CPU attention needs head_dim >= 32.
-    model_dir = build_tiny_model(
-        tmp_path / "tiny32", hidden_size=64, num_heads=2, num_kv_heads=1, head_dim=32
-    )
+    model_dir = build_vllm_tiny_model(tmp_path / "tiny32")
     cfg = load_config(
         None,
         [
@@ -91,17 +88,10 @@ def test_text2sql_training_with_the_vllm_engine(tmp_path):
     trainer records a failed rollout as an env error and goes on, so the check is on the step's
     statuses. One step: after such a failure the in-process vLLM engine did not recover (the next
     step's generate never returned)."""
-    from aloft.models import build_tiny_model
+    from tests.conftest import build_vllm_tiny_model
     from tests.trainer.test_every_env import env_training_overrides
 
-    model_dir = build_tiny_model(
-        tmp_path / "tiny32-long",
-        hidden_size=64,
-        num_heads=2,
-        num_kv_heads=1,
-        head_dim=32,  # vLLM's CPU attention needs head_dim >= 32
-        max_position_embeddings=8192,  # room for the SQL schemas
-    )
+    model_dir = build_vllm_tiny_model(tmp_path / "tiny32-long", max_position_embeddings=8192)  # SQL schemas
     overrides = env_training_overrides("text2sql", model_dir, tmp_path / "runs", steps=1, max_new_tokens=8)
     cfg = load_config(None, [*overrides, "engine.backend=vllm"])
     trainer = Trainer(cfg)

@@ -249,6 +249,7 @@ def test_a_request_equal_to_a_decoding_prompt_joins_its_segment_without_prefill(
     try:
         ours, theirs = _generate(engine, batch), _generate(full, batch)
         assert engine.stats.prefilled_tokens == len(prompt)
+        assert engine.prefix_cache.hits == 4  # the 4 samples after the first 2 reused the segment
         assert [c.token_ids for c in ours] == [c.token_ids for c in theirs]
     finally:
         engine.close()

@@ -230,6 +230,12 @@ class BatchDecoder:
                 self._add_segments(
                     SegmentBatch.of_one(reuse.segment, cached.keys, cached.values, cached.logits)
                 )
+        if self.prefix_cache is not None:  # every continuing request reuses a segment, maybe a history too
+            self.prefix_cache.hits += len(items)
+            self.prefix_cache.reused_tokens += sum(
+                len(reuse.segment) + (len(reuse.history.tokens) if reuse.history else 0)
+                for *_, reuse in items
+            )
         exact = [item for item in items if len(item[0].request.prompt_ids) == len(item[3].segment)]
         extending = [item for item in items if len(item[0].request.prompt_ids) > len(item[3].segment)]
         if exact:  # the prompt is the segment: sample from its logits, nothing to prefill
@@ -294,11 +300,6 @@ class BatchDecoder:
             segments=plan,
         ).logits[:, -1, :]  # [B', V]
         self.prefilled_tokens += sum(len(new) for new in news)
-        if self.prefix_cache is not None:
-            self.prefix_cache.hits += len(rows)
-            self.prefix_cache.reused_tokens += sum(
-                len(row.request.prompt_ids) - len(n) for row, n in zip(rows, news)
-            )
         self.segments.add_rows(places)
         self._add_rows(
             rows,

@@ -59,10 +59,19 @@ def main(argv: list[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="a builder option, repeatable (e.g. -o source=gsm_symbolic)",
     )
-    build.add_argument("--n", type=int, required=True, help="rows to build")
-    build.add_argument("--split", choices=["train", "eval"], default="train")
+    build.add_argument(
+        "--n", type=int, default=None, help="rows to build (fixed datasets: 0 or unset for all)"
+    )
+    build.add_argument(
+        "--split",
+        choices=["train", "eval", "heldout", "all"],
+        default="train",
+        help="which split; 'all' writes every split the builder has to OUT/<split>.jsonl (OUT a directory)",
+    )
     build.add_argument("--seed", type=int, default=0)
-    build.add_argument("--out", required=True, help="output file (.jsonl or .parquet)")
+    build.add_argument(
+        "--out", required=True, help="output file (.jsonl or .parquet), or a directory for --split all"
+    )
     srv = sub.add_parser("serve", help="an OpenAI-compatible server over an engine: aloft serve MODEL")
     srv.add_argument("model", help="model dir, built-in name or hub id")
     srv.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
@@ -197,7 +206,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _data(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     import yaml
 
-    from aloft.data import build_dataset, dataset_builders, write_rows
+    from aloft.data import build_dataset, dataset_builders, dataset_splits, is_fixed_dataset, write_rows
 
     if args.data_command == "list":
         print("\n".join(dataset_builders()))
@@ -213,12 +222,21 @@ def _data(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             return 2
         options[key] = yaml.safe_load(value)
     try:
-        rows = build_dataset(args.name, n=args.n, seed=args.seed, split=args.split, **options)
+        splits = dataset_splits(args.name) if args.split == "all" else [args.split]
+        if args.n is None and not is_fixed_dataset(args.name):
+            raise ValueError(f"dataset builder {args.name!r} generates rows: give their number with --n")
+        built = {
+            split: build_dataset(args.name, n=args.n or 0, seed=args.seed, split=split, **dict(options))
+            for split in splits
+        }
     except ValueError as error:
         print(f"aloft: {error}", file=sys.stderr)
         return 2
-    write_rows(args.out, rows)
-    print(f"wrote {len(rows)} rows to {args.out}")
+    for split, rows in built.items():
+        out = Path(args.out) / f"{split}.jsonl" if args.split == "all" else Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_rows(out, rows)
+        print(f"wrote {len(rows)} rows to {out}")
     return 0
 
 

@@ -20,10 +20,34 @@ def test_data_build_writes_valid_rows(tmp_path, capsys):
 def test_data_build_errors_are_one_line(tmp_path, capsys):
     out = tmp_path / "x.jsonl"
     assert main(["data", "build", "sql", "--n", "5", "--out", str(out), "-o", "nope=1"]) == 2
-    assert "unknown options ['nope']; accepted: ['db']" in capsys.readouterr().err
+    assert "unknown options ['nope']; accepted: ['db', 'max_turns']" in capsys.readouterr().err
     assert main(["data", "build", "sql", "--n", "5000", "--out", str(out)]) == 2
     assert "asked for 5000" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_data_build_sql_all_writes_every_split_of_both_protocols(tmp_path, capsys):
+    """`aloft data build sql --split all --out DIR`: SkyRL-SQL-shaped train, in-domain eval and
+    held-out files; `-o max_turns=1` gives the 1-turn protocol of the same questions."""
+    assert main(["data", "build", "sql", "--split", "all", "--out", str(tmp_path / "sql")]) == 0
+    assert (
+        main(["data", "build", "sql", "--split", "all", "-o", "max_turns=1", "--out", str(tmp_path / "one")])
+        == 0
+    )
+    printed = capsys.readouterr().out
+    five = {split: read_rows(tmp_path / "sql" / f"{split}.jsonl") for split in ("train", "eval", "heldout")}
+    one = {split: read_rows(tmp_path / "one" / f"{split}.jsonl") for split in ("train", "eval", "heldout")}
+    assert len(five["train"]) >= 600 and len(five["heldout"]) >= 100
+    assert f"wrote {len(five['train'])} rows to {tmp_path / 'sql' / 'train.jsonl'}" in printed
+    heldout_dbs = {row.extras["db_id"] for row in five["heldout"]}
+    assert heldout_dbs == {"flights", "library"}
+    assert heldout_dbs.isdisjoint({row.extras["db_id"] for row in five["train"] + five["eval"]})
+    for split in five:
+        assert [row.prompt[1] for row in five[split]] == [row.prompt[1] for row in one[split]]
+        assert {row.extras["max_turns"] for row in five[split]} == {5}
+        assert {row.extras["max_turns"] for row in one[split]} == {1}
+    assert main(["data", "build", "arithmetic", "--out", str(tmp_path / "a.jsonl")]) == 2
+    assert "generates rows: give their number with --n" in capsys.readouterr().err
 
 
 def test_data_list_names_every_builder(capsys):

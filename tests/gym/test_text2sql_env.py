@@ -58,9 +58,11 @@ def test_probe_then_right_solution(db_dir: Path):
     [message] = out.observations
     assert message["role"] == "user"
     content = message["content"]
-    assert content.startswith("<observation>\n") and "</observation>\n<reminder>" in content
-    assert "| Belgium" in content and "| Brazil" in content
-    assert content.endswith("<reminder>You have 4 turns left to complete the task.</reminder>")
+    assert content.startswith("<observation>\n") and "| Belgium" in content and "| Brazil" in content
+    # SkyRL-SQL's layout: the reminder of the turns left sits inside the observation, at its end.
+    assert content.endswith(
+        "\n<reminder>You have 4 turns left to complete the task.</reminder>\n</observation>"
+    )
     out = env.step(_solution("SELECT c.FirstName, c.LastName FROM Customer AS c WHERE c.Country = 'Brazil'"))
     assert (out.reward, out.done, out.observations) == (1.0, True, [])
     assert out.info["correct"] is True
@@ -116,7 +118,7 @@ def test_turn_limit(db_dir: Path):
     env = _env(db_dir, max_turns=2)
     out = env.step("<think>look</think><sql>SELECT COUNT(*) FROM Customer</sql>")
     assert out.observations[0]["content"].endswith(
-        "<reminder>You have 1 turn left: your next reply must give the final <solution>.</reminder>"
+        "<reminder>You have 1 turn left: your next reply must give the final <solution>.</reminder>\n</observation>"
     )
     out = env.step("<think>look again</think><sql>SELECT COUNT(*) FROM Customer</sql>")
     assert (out.reward, out.done) == (-1.0, True)
@@ -147,6 +149,7 @@ def test_order_matters_only_when_the_gold_query_orders(db_dir: Path):
     reversed_order = "SELECT Name FROM Genre WHERE GenreId <= 5 ORDER BY Name DESC"
     assert _env(db_dir, ordered_gold).step(_solution(reversed_order)).reward == 0.0
     assert _env(db_dir, ordered_gold, compare_order="never").step(_solution(reversed_order)).reward == 1.0
+    assert _env(db_dir, ordered_gold, compare_order="set").step(_solution(reversed_order)).reward == 1.0
     unordered_gold = "SELECT Name FROM Genre WHERE GenreId <= 5"
     assert _env(db_dir, unordered_gold).step(_solution(reversed_order)).reward == 1.0
 
@@ -180,6 +183,35 @@ def test_rows_are_multisets_of_value_tuples(db_dir: Path):
         .reward
         == 0.0
     )
+
+
+def test_set_comparison_ignores_duplicates_as_skyrl_sql_does(db_dir: Path):
+    gold = "SELECT Country FROM Customer WHERE Country IN ('Brazil', 'Canada')"  # 13 rows, 2 distinct
+    distinct = "SELECT DISTINCT Country FROM Customer WHERE Country IN ('Brazil', 'Canada')"
+    assert _env(db_dir, gold, compare_order="set").step(_solution(distinct)).reward == 1.0
+    assert _env(db_dir, distinct, compare_order="set").step(_solution(gold)).reward == 1.0
+    only_brazil = "SELECT Country FROM Customer WHERE Country = 'Brazil'"
+    assert _env(db_dir, gold, compare_order="set").step(_solution(only_brazil)).reward == 0.0
+    with pytest.raises(ValueError, match="compare_order must be 'auto', 'never' or 'set'"):
+        _env(db_dir, gold, compare_order="sets")
+
+
+def test_long_observations_are_cut_at_line_ends(db_dir: Path):
+    env = _env(db_dir, max_observation_chars=300)
+    content = env.step("<think>all tracks</think><sql>SELECT TrackId, Name FROM Track</sql>").observations[0][
+        "content"
+    ]
+    table = content.split("\n<reminder>")[0].removeprefix("<observation>\n")
+    *lines, note = table.splitlines()
+    assert sum(len(line) + 1 for line in lines) <= 300 and len(lines) >= 3
+    assert note == f"(cut to its first {len(lines)} lines: the result is longer than 300 characters)"
+    # The default (SkyRL-SQL's 50 rows) keeps a 50-row result whole.
+    content = (
+        _env(db_dir)
+        .step("<think>x</think><sql>SELECT TrackId FROM Track LIMIT 50</sql>")
+        .observations[0]["content"]
+    )
+    assert "cut to" not in content and re.search(r"^\|\s+50 \|$", content, re.MULTILINE)
 
 
 def test_numbers_compare_by_value(db_dir: Path):

@@ -50,9 +50,12 @@ class DataConfig(Section):
     builder_args: dict[str, Any] = {}
     """Keyword arguments for the builder."""
     train_size: int = 2000
-    """Rows the builder makes for training."""
+    """Rows the builder makes for training (0: every row of a fixed dataset, e.g. sql)."""
     eval_size: int = 64
     """Rows the builder makes for eval (also caps eval over eval_files when > 0)."""
+    eval_split: str = "eval"
+    """The builder split eval rows come from (sql: "eval" = other questions on the training
+    databases, "heldout" = databases never seen in training)."""
     shuffle: bool = True
     """Shuffle the training rows every epoch (deterministic from trainer.seed)."""
 

@@ -9,7 +9,7 @@ and the trainer resolves it.
     batch = loader.next_batch()          # 8 DatasetRow
 """
 
-from aloft.data.builders import build_dataset, dataset_builders
+from aloft.data.builders import build_dataset, dataset_builders, dataset_splits, is_fixed_dataset
 from aloft.data.io import read_rows, write_rows
 from aloft.data.loader import PromptLoader
 from aloft.data.rows import DatasetRow, validate_row
@@ -19,6 +19,8 @@ __all__ = [
     "PromptLoader",
     "build_dataset",
     "dataset_builders",
+    "dataset_splits",
+    "is_fixed_dataset",
     "read_rows",
     "validate_row",
     "write_rows",

@@ -20,7 +20,15 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["SYSTEM_PROMPT", "build_dataset", "dataset_builder", "dataset_builders", "stable_hash"]
+__all__ = [
+    "SYSTEM_PROMPT",
+    "build_dataset",
+    "dataset_builder",
+    "dataset_builders",
+    "dataset_splits",
+    "is_fixed_dataset",
+    "stable_hash",
+]
 
 SYSTEM_PROMPT = "You are a helpful assistant."
 BOXED_INSTRUCTION = "Put your final answer in \\boxed{}."
@@ -41,13 +49,23 @@ def stable_hash(key: str) -> int:
     return int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big")
 
 
-def dataset_builder(name: str) -> Callable[[Builder], Builder]:
-    """Register ``function(n, seed, [split], **options) -> raw rows`` as the builder ``name``."""
-    return _builder(name)
+def dataset_builder(
+    name: str, splits: tuple[str, ...] = ("train", "eval"), fixed_dataset: bool = False
+) -> Callable[[Builder], Builder]:
+    """Register ``function(n, seed, [split], **options) -> raw rows`` as the builder ``name``.
+
+    ``splits``: the split names it accepts. ``fixed_dataset``: it draws from a fixed set of items and
+    ``n=0`` asks for every one of them.
+    """
+    return _builder(name, splits, fixed_dataset)
 
 
-def _builder(name: str) -> Callable[[Builder], Builder]:
+def _builder(
+    name: str, splits: tuple[str, ...] = ("train", "eval"), fixed_dataset: bool = False
+) -> Callable[[Builder], Builder]:
     def add(function: Builder) -> Builder:
+        function.splits = splits  # type: ignore[attr-defined]
+        function.fixed_dataset = fixed_dataset  # type: ignore[attr-defined]
         _BUILDERS[name] = function
         return function
 
@@ -70,21 +88,40 @@ def dataset_builders() -> list[str]:
     return sorted(set(_BUILDERS) | present)
 
 
-def build_dataset(name: str, n: int, seed: int, split: str = "train", **options: Any) -> list[RawRow]:
-    """Build ``n`` raw rows with the builder ``name``; ``options`` are that builder's keyword options.
-
-    ``split`` ("train" or "eval") reaches builders that take it (fixed datasets with a held-out part);
-    generated ones tell the splits apart by ``seed`` instead.
-    """
+def _builder_named(name: str) -> Builder:
     if name not in _BUILDERS and name in _LAZY_SOURCES and importlib.util.find_spec(_LAZY_SOURCES[name]):
         importlib.import_module(_LAZY_SOURCES[name])
     builder = _BUILDERS.get(name)
     if builder is None:
         raise ValueError(f"unknown dataset builder {name!r}; available: {dataset_builders()}")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"dataset builder {name!r}: n must be a positive integer, got {n!r}")
-    if split not in ("train", "eval"):
-        raise ValueError(f"dataset builder {name!r}: split must be 'train' or 'eval', got {split!r}")
+    return builder
+
+
+def dataset_splits(name: str) -> list[str]:
+    """The splits the builder ``name`` accepts (``["train", "eval"]`` unless it declares others)."""
+    return list(getattr(_builder_named(name), "splits", ("train", "eval")))
+
+
+def is_fixed_dataset(name: str) -> bool:
+    """Whether the builder ``name`` draws from a fixed set of items (``n=0``: all of them)."""
+    return bool(getattr(_builder_named(name), "fixed_dataset", False))
+
+
+def build_dataset(name: str, n: int, seed: int, split: str = "train", **options: Any) -> list[RawRow]:
+    """Build ``n`` raw rows with the builder ``name``; ``options`` are that builder's keyword options.
+
+    ``split`` ("train" or "eval"; the ``sql`` builder also has "heldout") reaches builders that take it
+    (fixed datasets with a held-out part); generated ones tell the splits apart by ``seed`` instead.
+    ``n=0`` asks a fixed dataset's builder for every row.
+    """
+    builder = _builder_named(name)
+    whole = getattr(builder, "fixed_dataset", False)  # fixed datasets take n=0: every row
+    if isinstance(n, bool) or not isinstance(n, int) or n < (0 if whole else 1):
+        kind = "an integer >= 0 (0: every row)" if whole else "a positive integer"
+        raise ValueError(f"dataset builder {name!r}: n must be {kind}, got {n!r}")
+    splits = getattr(builder, "splits", ("train", "eval"))
+    if split not in splits:
+        raise ValueError(f"dataset builder {name!r}: split must be one of {list(splits)}, got {split!r}")
     parameters = inspect.signature(builder).parameters
     accepted = [parameter for parameter in parameters if parameter not in ("n", "seed", "split")]
     unknown = sorted(set(options) - set(accepted))

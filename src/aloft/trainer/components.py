@@ -187,7 +187,7 @@ def _load_or_build_rows(cfg: AloftConfig, run_dir: Path) -> tuple[list[DatasetRo
             cfg.trainer.seed + 1_000_003,
             data.builder_args,
             default_env,
-            split="eval",
+            split=data.eval_split,
         )
     else:
         evals = []

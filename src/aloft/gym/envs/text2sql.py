@@ -6,8 +6,15 @@ Each reply of the model must be::
                                       or     <solution> the final query </solution>
 
 - A ``<sql>`` probe runs read-only on the row's database (``aloft.gym.tools.sql``: time limit,
-  truncated rows) and is answered with one user message: ``<observation>`` + the result table or
-  the error + ``</observation>``, then a ``<reminder>`` of the turns left. The episode goes on.
+  at most ``max_rows`` rows) and is answered, as in SkyRL-SQL, with one user message::
+
+      <observation>
+      the result table, or the error
+      <reminder>You have 3 turns left to complete the task.</reminder>
+      </observation>
+
+  An observation longer than ``max_observation_chars`` keeps its first lines and says it was cut.
+  The episode goes on.
 - A ``<solution>`` ends the episode: the query is executed and its result compared with the gold
   query's result on the same database.
 
@@ -24,7 +31,8 @@ What "equal" means: rows are compared as value tuples (column names are ignored;
 and count matter). Floats are compared rounded to 6 decimals, and 3.0 equals 3. If the gold query
 has a top-level ORDER BY (not one inside a subquery or window), the rows must come in the same
 order; otherwise they are compared as multisets (order-insensitive, duplicates count). Config
-``compare_order="never"`` always compares multisets.
+``compare_order="never"`` always compares multisets; ``"set"`` compares sets, ignoring order and
+duplicates, as SkyRL-SQL's reward does.
 
 Action parsing: the first ``<sql>`` or ``<solution>`` block of a reply is its action and text after
 it is ignored (generation normally stops at ``</sql>`` / ``</solution>``: use them as stop strings);
@@ -32,10 +40,11 @@ a block left open at the very end of the reply counts too (an engine that drops 
 A markdown code fence inside the block is removed.
 
 Config (all optional): ``max_turns`` (5, as in SkyRL-SQL; a row's ``max_turns`` overrides it),
-``timeout_s`` (5.0: per probe and for the solution), ``gold_timeout_s`` (30.0), ``max_rows`` (30
-rows shown per observation), ``max_cell_chars`` (80), ``db_dir`` (where ``db_id`` is looked up;
+``timeout_s`` (5.0: per probe and for the solution), ``gold_timeout_s`` (30.0), ``max_rows`` (50
+rows shown per observation, as SkyRL-SQL), ``max_cell_chars`` (80), ``max_observation_chars`` (9000,
+SkyRL-SQL's threshold), ``db_dir`` (where ``db_id`` is looked up;
 default ``$ALOFT_CACHE_DIR/data/sql`` or ``~/.cache/aloft/data/sql``, where ``aloft.data``'s
-``sql`` builder puts its databases), ``compare_order`` (``"auto"`` or ``"never"``), ``immutable``
+``sql`` builder puts its databases), ``compare_order`` (``"auto"``, ``"never"`` or ``"set"``), ``immutable``
 (False; True opens the file with ``immutable=1``, only for files nothing writes while training).
 
 Row extras: the database as ``db_path`` (absolute, or relative to ``db_dir``) and/or ``db_id``
@@ -67,14 +76,16 @@ __all__ = [
     "has_top_level_order_by",
     "parse_reply",
     "results_match",
+    "without_literals",
 ]
 
 DEFAULT_CONFIG: dict[str, Any] = {
     "max_turns": 5,
     "timeout_s": 5.0,
     "gold_timeout_s": 30.0,
-    "max_rows": 30,
+    "max_rows": 50,
     "max_cell_chars": 80,
+    "max_observation_chars": 9000,
     "db_dir": None,
     "compare_order": "auto",
     "immutable": False,
@@ -132,9 +143,14 @@ _LITERAL_OR_COMMENT = re.compile(
 _ORDER_BY = re.compile(r"\border\s+by\b", re.IGNORECASE)
 
 
+def without_literals(sql: str) -> str:
+    """``sql`` with its string literals, quoted identifiers and comments blanked out: only its code."""
+    return _LITERAL_OR_COMMENT.sub(" ", sql)
+
+
 def has_top_level_order_by(sql: str) -> bool:
     """Whether ``sql`` orders its final result (an ORDER BY outside parentheses, strings and comments)."""
-    text = _LITERAL_OR_COMMENT.sub(" ", sql)
+    text = without_literals(sql)
     depth, outside = 0, []
     for char in text:
         if char == "(":
@@ -200,10 +216,13 @@ class Text2SqlEnv(Env):
         self.max_turns: int = settings["max_turns"]
         if isinstance(self.max_turns, bool) or not isinstance(self.max_turns, int) or self.max_turns < 1:
             raise ValueError(f"text2sql env: max_turns must be an integer >= 1, got {self.max_turns!r}")
-        if settings["compare_order"] not in ("auto", "never"):
+        if settings["compare_order"] not in ("auto", "never", "set"):
             raise ValueError(
-                f"text2sql env: compare_order must be 'auto' or 'never', got {settings['compare_order']!r}"
+                "text2sql env: compare_order must be 'auto', 'never' or 'set', "
+                f"got {settings['compare_order']!r}"
             )
+        self.compare_sets = settings["compare_order"] == "set"
+        self.max_observation_chars = int(settings["max_observation_chars"])
         self.timeout_s = float(settings["timeout_s"])
         self.gold_timeout_s = float(settings["gold_timeout_s"])
         db_dir = Path(settings["db_dir"]).expanduser() if settings["db_dir"] else default_db_dir()
@@ -268,7 +287,8 @@ class Text2SqlEnv(Env):
             reminder = "You have 1 turn left: your next reply must give the final <solution>."
         else:
             reminder = f"You have {left} turns left to complete the task."
-        content = f"<observation>\n{result.output}\n</observation>\n<reminder>{reminder}</reminder>"
+        output = _cut(result.output, self.max_observation_chars)
+        content = f"<observation>\n{output}\n<reminder>{reminder}</reminder>\n</observation>"
         return StepOutput(
             observations=[{"role": "user", "content": content}],
             reward=0.0,
@@ -279,12 +299,17 @@ class Text2SqlEnv(Env):
     def _grade(self, query: str, info: dict[str, Any]) -> StepOutput:
         self._format_ok = True
         gold = list(_gold_rows(str(self.db_path), _stamp(self.db_path), self.gold_sql, self.gold_timeout_s))
-        with SqlExecutor(self.db_path, timeout_s=self.timeout_s, max_rows=len(gold) + 1) as executor:
+        # One row more than gold tells "too many rows" apart; as sets, duplicates may make it longer.
+        row_cap = max(100 * len(gold), 10_000) if self.compare_sets else len(gold) + 1
+        with SqlExecutor(self.db_path, timeout_s=self.timeout_s, max_rows=row_cap) as executor:
             result = executor.execute(query)
         if result.error is not None:
             self._sql_errors += 1
             return self._finish(0.0, {**info, "correct": False, "sql_error": result.error})
-        self._correct = not result.truncated and results_match(result.rows, gold, self.ordered)
+        if self.compare_sets:
+            self._correct = not result.truncated and set(_normalize(result.rows)) == set(_normalize(gold))
+        else:
+            self._correct = not result.truncated and results_match(result.rows, gold, self.ordered)
         return self._finish(
             1.0 if self._correct else 0.0, {**info, "correct": self._correct, "ordered": self.ordered}
         )
@@ -307,6 +332,22 @@ class Text2SqlEnv(Env):
     def close(self) -> None:
         self.tools.close()
         super().close()
+
+
+def _cut(text: str, max_chars: int) -> str:
+    """``text`` whole if it fits in ``max_chars``, else its first lines that fit and a note."""
+    if len(text) <= max_chars:
+        return text
+    kept, size = [], 0
+    for line in text.splitlines():
+        if size + len(line) + 1 > max_chars:
+            break
+        kept.append(line)
+        size += len(line) + 1
+    return (
+        "\n".join(kept)
+        + f"\n(cut to its first {len(kept)} lines: the result is longer than {max_chars} characters)"
+    )
 
 
 def _stamp(path: Path) -> tuple[int, int]:

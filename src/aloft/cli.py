@@ -16,6 +16,7 @@ import os
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 from aloft import __version__
 
@@ -37,7 +38,22 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument(
         "--builder", default=None, help="built-in dataset builder when no --data (e.g. arithmetic)"
     )
-    ev.add_argument("--size", type=int, default=64, help="rows to build / evaluate")
+    ev.add_argument(
+        "--size", type=int, default=64, help="rows to build / evaluate (0: every row of a fixed dataset)"
+    )
+    ev.add_argument("--split", default="eval", help="builder split (sql: eval or heldout)")
+    ev.add_argument(
+        "-o",
+        "--option",
+        dest="options",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a builder option, repeatable (e.g. -o max_turns=1)",
+    )
+    ev.add_argument(
+        "--stop", action="append", default=[], help="a stop string, repeatable (e.g. --stop '</sql>')"
+    )
     ev.add_argument("--seed", type=int, default=1_000_003, help="builder and sampling seed")
     ev.add_argument("--env", default=None, help="env id for every row (default: each row's env_class)")
     ev.add_argument("--n", type=int, default=1, help="samples per prompt (pass@k for k up to n)")
@@ -72,6 +88,18 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument(
         "--out", required=True, help="output file (.jsonl or .parquet), or a directory for --split all"
     )
+    exp = sub.add_parser(
+        "experiment",
+        help="reproduce a published result: aloft experiment skyrl-sql [--quick] [section.key=value ...]",
+    )
+    exp.add_argument("name", choices=["skyrl-sql"], help="which experiment")
+    exp.add_argument("--out", default="experiments/skyrl-sql", help="output directory (data, runs, report)")
+    exp.add_argument("--model", default=None, help="model (default: the skyrl_sql preset's)")
+    exp.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="training seeds")
+    exp.add_argument("--eval-size", type=int, default=48, help="held-out questions per eval")
+    exp.add_argument("--train-size", type=int, default=0, help="training questions (0: all)")
+    exp.add_argument("--quick", action="store_true", help="3 steps per run: a smoke test of the pipeline")
+    exp.add_argument("--report-only", action="store_true", help="rewrite the report from the runs so far")
     srv = sub.add_parser("serve", help="an OpenAI-compatible server over an engine: aloft serve MODEL")
     srv.add_argument("model", help="model dir, built-in name or hub id")
     srv.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
@@ -80,11 +108,18 @@ def main(argv: list[str] | None = None) -> int:
     srv.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY (all but /health)")
     srv.add_argument("--backend", default="hf", help="inference engine to serve (default: hf)")
     srv.add_argument("--served-model-name", default=None, help="model id in /v1/models (default: MODEL)")
+    overrides: list[str] = []
+    if argv and argv[0] == "experiment":  # section.key=value words anywhere go to every run
+        overrides = [word for word in argv[1:] if "=" in word and not word.startswith("-")]
+        argv = [word for word in argv if word not in overrides]
     args = parser.parse_args(argv)
+    args.overrides = overrides
     if args.command == "serve":
         return _serve(args)
     if args.command == "eval":
         return _eval(args)
+    if args.command == "experiment":
+        return _experiment(args)
     if args.command == "data":
         return _data(args, data)
     parser.print_help()
@@ -151,7 +186,12 @@ def _eval(args: argparse.Namespace) -> int:
     if args.data:
         rows = [r for path in args.data for r in read_rows(path, default_env=args.env)][: args.size]
     elif args.builder:
-        raw = build_dataset(args.builder, n=args.size, seed=args.seed, split="eval")
+        try:
+            options = _builder_options(args.options)
+            raw = build_dataset(args.builder, n=args.size, seed=args.seed, split=args.split, **options)
+        except ValueError as error:
+            print(f"aloft: {error}", file=sys.stderr)
+            return 2
         rows = [
             validate_row(r, i, f"builder {args.builder}", default_env=args.env) for i, r in enumerate(raw)
         ]
@@ -173,7 +213,9 @@ def _eval(args: argparse.Namespace) -> int:
             max_turns=args.max_turns, max_total_tokens=args.max_new_tokens * args.max_turns * 4
         )
         generator = Generator(engine, tokenizer, limits=limits)
-        sampling = SamplingParams(max_tokens=args.max_new_tokens, temperature=args.temperature)
+        sampling = SamplingParams(
+            max_tokens=args.max_new_tokens, temperature=args.temperature, stop=list(args.stop)
+        )
         metrics, _ = await evaluate(generator, rows, n=args.n, sampling=sampling, seed=args.seed)
         return metrics
 
@@ -203,9 +245,42 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _data(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+def _experiment(args: argparse.Namespace) -> int:
+    from aloft.config import ConfigError
+    from aloft.experiments.skyrl_sql import ExperimentPlan, run_experiment, write_report
+
+    plan = ExperimentPlan(
+        out=Path(args.out),
+        model=args.model,
+        seeds=tuple(args.seeds),
+        eval_size=args.eval_size,
+        train_size=args.train_size,
+        overrides=list(args.overrides),
+        quick=args.quick,
+    )
+    try:
+        report = write_report(plan) if args.report_only else run_experiment(plan)
+    except (ConfigError, RuntimeError, ValueError) as error:
+        print(f"aloft: {error}", file=sys.stderr)
+        return 2
+    print(report.read_text())
+    return 0
+
+
+def _builder_options(pairs: list[str]) -> dict[str, Any]:
+    """``["key=value", ...]`` -> builder options, each value read as YAML (``3`` -> 3)."""
     import yaml
 
+    options = {}
+    for option in pairs:
+        key, sep, value = option.partition("=")
+        if not sep or not key:
+            raise ValueError(f"builder option {option!r} must look like key=value")
+        options[key] = yaml.safe_load(value)
+    return options
+
+
+def _data(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from aloft.data import build_dataset, dataset_builders, dataset_splits, is_fixed_dataset, write_rows
 
     if args.data_command == "list":
@@ -214,14 +289,8 @@ def _data(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.data_command != "build":
         parser.print_help()
         return 1
-    options = {}
-    for option in args.options:
-        key, sep, value = option.partition("=")
-        if not sep or not key:
-            print(f"aloft: builder option {option!r} must look like key=value", file=sys.stderr)
-            return 2
-        options[key] = yaml.safe_load(value)
     try:
+        options = _builder_options(args.options)
         splits = dataset_splits(args.name) if args.split == "all" else [args.split]
         if args.n is None and not is_fixed_dataset(args.name):
             raise ValueError(f"dataset builder {args.name!r} generates rows: give their number with --n")

@@ -66,7 +66,16 @@ def test_probe_then_right_solution(db_dir: Path):
     out = env.step(_solution("SELECT c.FirstName, c.LastName FROM Customer AS c WHERE c.Country = 'Brazil'"))
     assert (out.reward, out.done, out.observations) == (1.0, True, [])
     assert out.info["correct"] is True
-    assert env.metrics() == {"format_ok": 1.0, "correct": 1.0, "turns": 2.0, "probes": 1.0, "sql_errors": 0.0}
+    assert env.metrics() == {
+        "format_ok": 1.0,
+        "correct": 1.0,
+        "answer_correct": 1.0,
+        "turns": 2.0,
+        "probes": 1.0,
+        "sql_errors": 0.0,
+        "probe_failed": 0.0,
+        "recovered": 0.0,
+    }
 
 
 def test_wrong_solution_scores_zero(db_dir: Path):
@@ -123,7 +132,16 @@ def test_turn_limit(db_dir: Path):
     out = env.step("<think>look again</think><sql>SELECT COUNT(*) FROM Customer</sql>")
     assert (out.reward, out.done) == (-1.0, True)
     assert out.info["format_error"] == "no <solution> within 2 turns"
-    assert env.metrics() == {"format_ok": 0.0, "correct": 0.0, "turns": 2.0, "probes": 1.0, "sql_errors": 0.0}
+    assert env.metrics() == {
+        "format_ok": 0.0,
+        "correct": 0.0,
+        "answer_correct": 0.0,
+        "turns": 2.0,
+        "probes": 1.0,
+        "sql_errors": 0.0,
+        "probe_failed": 0.0,
+        "recovered": 0.0,
+    }
     with pytest.raises(RuntimeError, match="after the episode ended"):
         env.step(_solution(BRAZIL))
     # reset() starts a new episode on the same env; a row's max_turns overrides the config.
@@ -183,6 +201,28 @@ def test_rows_are_multisets_of_value_tuples(db_dir: Path):
         .reward
         == 0.0
     )
+
+
+def test_answer_correct_measures_sql_apart_from_the_format(db_dir: Path):
+    """A reply that breaks the protocol scores -1, but ``answer_correct`` still tells whether its
+    query was right: the SQL skill of a model that has not learned the tags yet."""
+    fenced = f"To answer this, select the Brazilian customers:\n```sql\nSELECT 1;\n```\nor better:\n```sql\n{BRAZIL}\n```"
+    env = _env(db_dir)
+    out = env.step(fenced)
+    assert (out.reward, out.done) == (-1.0, True)
+    assert env.metrics()["answer_correct"] == 1.0 and env.metrics()["correct"] == 0.0
+    env = _env(db_dir)
+    env.step(f"<solution>{BRAZIL}</solution>")  # no <think>: bad format, right query
+    assert env.metrics()["answer_correct"] == 1.0 and env.metrics()["format_ok"] == 0.0
+    env = _env(db_dir)
+    env.step("```sql\nSELECT FirstName FROM Customer WHERE Country = 'Brazil'\n```")  # a wrong query
+    assert env.metrics()["answer_correct"] == 0.0
+    env = _env(db_dir)
+    env.step("I cannot answer that.")
+    assert env.metrics()["answer_correct"] == 0.0
+    env = _env(db_dir)
+    env.step(_solution("SELECT FirstName, LastName FROM Customer WHERE Country = 'Canada'"))
+    assert env.metrics()["answer_correct"] == 0.0  # a well-formatted wrong answer
 
 
 def test_set_comparison_ignores_duplicates_as_skyrl_sql_does(db_dir: Path):

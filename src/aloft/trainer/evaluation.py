@@ -47,6 +47,16 @@ def summarize_groups(groups: Sequence[TrajectoryGroup], prefix: str = "eval/") -
 async def evaluate(
     generator: Generator, rows: Sequence[PromptRow], *, n: int, sampling: SamplingParams, seed: int
 ) -> tuple[dict[str, float], list[TrajectoryGroup]]:
-    """Generate ``n`` samples per row and summarise them (eval always uses the same seed)."""
+    """Generate ``n`` samples per row and summarise them (eval always uses the same seed).
+
+    Rows may name the eval set they belong to in an ``eval_set`` column (e.g. the same held-out
+    questions asked at 5 turns and at 1 turn): each set is then also summarised on its own, under
+    ``eval/<set>/...``, beside the summary of all rows.
+    """
     groups = await generator.generate(rows, n=n, sampling=sampling, seed=seed, group_prefix="eval")
-    return summarize_groups(groups), groups
+    metrics = summarize_groups(groups)
+    sets = [row.extras.get("eval_set") for row in rows]
+    for name in sorted({str(name) for name in sets if name}):
+        members = [group for group, member in zip(groups, sets, strict=True) if member == name]
+        metrics.update(summarize_groups(members, prefix=f"eval/{name}/"))
+    return metrics, groups

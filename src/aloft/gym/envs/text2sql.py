@@ -74,6 +74,7 @@ __all__ = [
     "Text2SqlEnv",
     "default_db_dir",
     "has_top_level_order_by",
+    "lenient_final_query",
     "parse_reply",
     "results_match",
     "without_literals",
@@ -134,6 +135,24 @@ def parse_reply(text: str) -> Reply:
     if call.name == "solution" and _PROTOCOL_TAG.search(query):
         return Reply(call.name, query, "the <solution> block contains protocol tags")
     return Reply(call.name, query, None)
+
+
+_FENCED_SQL = re.compile(r"```(?:sql|sqlite)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+_TAGGED = re.compile(r"<(solution|sql)>(.*?)(?:</\1>|\Z)", re.DOTALL)
+
+
+def lenient_final_query(reply: str) -> str | None:
+    """The query a reply most likely means as its answer, whatever its format: the first
+    ``<solution>`` block, else the last fenced ```sql block, else the last ``<sql>`` block."""
+    tagged = [(tag, body.strip()) for tag, body in _TAGGED.findall(reply)]
+    solutions = [body for tag, body in tagged if tag == "solution" and body]
+    if solutions:
+        return _FENCED_SQL.sub(lambda match: match.group(1), solutions[0]).strip().strip("`").strip() or None
+    fenced = [body.strip() for body in _FENCED_SQL.findall(reply) if body.strip()]
+    if fenced:
+        return fenced[-1]
+    probes = [body for tag, body in tagged if tag == "sql" and body]
+    return probes[-1] if probes else None
 
 
 # ---- comparing results ----------------------------------------------------------------------------
@@ -256,6 +275,8 @@ class Text2SqlEnv(Env):
         self._sql_errors = 0
         self._format_ok = False
         self._correct = False
+        self._answer_correct = False
+        self._probe_failed = False
         self._done = False
 
     def reset(self, prompt: list[Message]) -> tuple[list[Message], dict[str, Any]]:
@@ -270,11 +291,13 @@ class Text2SqlEnv(Env):
         reply = parse_reply(action)
         info: dict[str, Any] = {"turn": self._turns, "action": reply.action}
         if reply.problem is not None:
+            self._answer_correct = self._lenient_answer_correct(action)
             return self._finish(-1.0, {**info, "format_error": reply.problem})
         assert reply.query is not None
         if reply.action == "solution":
             return self._grade(reply.query, info)
         if self._turns >= self.max_turns:
+            self._answer_correct = self._lenient_answer_correct(action)
             return self._finish(
                 -1.0, {**info, "format_error": f"no <solution> within {self.max_turns} turns"}
             )
@@ -282,6 +305,7 @@ class Text2SqlEnv(Env):
         result = self.tools.call("execute_sql", {"query": reply.query})
         if not result.ok:
             self._sql_errors += 1
+            self._probe_failed = True
         left = self.max_turns - self._turns
         if left == 1:
             reminder = "You have 1 turn left: your next reply must give the final <solution>."
@@ -298,35 +322,61 @@ class Text2SqlEnv(Env):
 
     def _grade(self, query: str, info: dict[str, Any]) -> StepOutput:
         self._format_ok = True
+        error = self._error_or_correct(query)
+        if error is not None:
+            self._sql_errors += 1
+            return self._finish(0.0, {**info, "correct": False, "sql_error": error})
+        self._answer_correct = self._correct
+        return self._finish(
+            1.0 if self._correct else 0.0, {**info, "correct": self._correct, "ordered": self.ordered}
+        )
+
+    def _error_or_correct(self, query: str) -> str | None:
+        """Run ``query`` and set ``self._correct``; returns the query's error, if it fails."""
         gold = list(_gold_rows(str(self.db_path), _stamp(self.db_path), self.gold_sql, self.gold_timeout_s))
         # One row more than gold tells "too many rows" apart; as sets, duplicates may make it longer.
         row_cap = max(100 * len(gold), 10_000) if self.compare_sets else len(gold) + 1
         with SqlExecutor(self.db_path, timeout_s=self.timeout_s, max_rows=row_cap) as executor:
             result = executor.execute(query)
         if result.error is not None:
-            self._sql_errors += 1
-            return self._finish(0.0, {**info, "correct": False, "sql_error": result.error})
+            self._correct = False
+            return result.error
         if self.compare_sets:
             self._correct = not result.truncated and set(_normalize(result.rows)) == set(_normalize(gold))
         else:
             self._correct = not result.truncated and results_match(result.rows, gold, self.ordered)
-        return self._finish(
-            1.0 if self._correct else 0.0, {**info, "correct": self._correct, "ordered": self.ordered}
-        )
+        return None
+
+    def _lenient_answer_correct(self, reply: str) -> bool:
+        """Whether the badly formatted final reply still holds a right query: its ``<solution>`` block,
+        else its last fenced ```sql block, else its last ``<sql>`` block. A diagnostic only (the
+        ``answer_correct`` metric: SQL skill apart from the protocol); the reward stays -1."""
+        query = lenient_final_query(reply)
+        if query is None:
+            return False
+        self._error_or_correct(query)
+        answer, self._correct = self._correct, False
+        return answer
 
     def _finish(self, reward: float, info: dict[str, Any]) -> StepOutput:
         self._done = True
         return StepOutput(observations=[], reward=reward, done=True, info=info)
 
     def metrics(self) -> dict[str, float]:
-        """``format_ok`` and ``correct`` (0/1), ``turns`` taken, ``probes`` run and ``sql_errors``
-        (failed probes plus a solution that failed to run)."""
+        """``format_ok`` and ``correct`` (0/1), ``answer_correct`` (1 when the final reply's query is
+        right even if the reply breaks the format: execution accuracy apart from the protocol),
+        ``turns`` taken, ``probes`` run, ``sql_errors`` (failed probes plus a solution that failed
+        to run), ``probe_failed`` (1 when a probe got an error observation) and ``recovered`` (1 when
+        such an episode still ended correct: recovery rate = mean recovered / mean probe_failed)."""
         return {
             "format_ok": float(self._format_ok),
             "correct": float(self._correct),
+            "answer_correct": float(self._answer_correct),
             "turns": float(self._turns),
             "probes": float(self._probes),
             "sql_errors": float(self._sql_errors),
+            "probe_failed": float(self._probe_failed),
+            "recovered": float(self._probe_failed and self._correct),
         }
 
     def close(self) -> None:

@@ -1,0 +1,266 @@
+"""SkyRL-SQL at small scale: multi-turn against single-turn RL on the same model, data and steps.
+
+``aloft experiment skyrl-sql`` (``run_experiment``) does the seed's comparison at the size a CPU
+allows:
+
+1. **Data** (``prepare_data``): the ``sql`` builder's train split twice, as 5-turn rows (probes
+   allowed) and as 1-turn rows (the model must answer at once), same questions; the eval file holds
+   ``eval_size`` held-out questions (databases never seen in training) twice, tagged
+   ``heldout_t5`` (asked at 5 turns) and ``heldout_t1`` (at 1 turn), so every eval measures both
+   protocols and the trainer logs them apart (``eval/heldout_t5/...``, ``eval/heldout_t1/...``).
+2. **Runs**: for every seed, the multi-turn and the single-turn policy train with the
+   ``skyrl_sql`` preset, differing only in their training rows. Each run is ``aloft train`` in a
+   subprocess under ``OUT/runs/<variant>-seed<k>``; rerunning the experiment resumes unfinished runs
+   from their checkpoints and skips finished ones.
+3. **Report** (``write_report``): ``OUT/results.md`` (base and final execution accuracy, format
+   rate, steps to reach the single-turn policy's final accuracy) and ``OUT/accuracy_by_step.png`` /
+   ``OUT/accuracy_by_time.png``, from the runs' ``metrics.jsonl``.
+
+Execution accuracy is the env's ``correct`` metric (a well-formed ``<solution>`` whose rows equal the
+gold rows); the format rate (``format_ok``) and ``answer_correct`` (the final query right whatever
+the format) are reported beside it, so that learning the tags is never mistaken for learning SQL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aloft.data import build_dataset, write_rows
+
+__all__ = [
+    "VARIANTS",
+    "ExperimentPlan",
+    "collect_runs",
+    "prepare_data",
+    "run_experiment",
+    "write_report",
+]
+
+VARIANTS: dict[str, int] = {"multi_turn": 5, "single_turn": 1}
+"""Variant name -> the turns its training episodes allow."""
+EVAL_SETS: dict[str, int] = {"heldout_t5": 5, "heldout_t1": 1}
+"""Eval set tag -> the turns its episodes allow (same held-out questions)."""
+QUICK_OVERRIDES = [
+    "trainer.max_steps=3",
+    "trainer.eval_every=1",
+    "trainer.checkpoint_every=3",
+    "trainer.prompts_per_step=2",
+    "generator.n_samples=2",
+    "generator.max_new_tokens=24",
+    "generator.max_total_tokens=512",
+    "optim.micro_batch_size=4",
+]
+"""``--quick``: a 3-step run of each variant, for tests and smoke checks."""
+
+
+@dataclass
+class ExperimentPlan:
+    """What ``run_experiment`` runs. ``overrides`` go to every ``aloft train`` call (after the
+    experiment's own), e.g. ``["trainer.max_steps=30", "model.lora_rank=16"]``."""
+
+    out: Path
+    model: str | None = None
+    seeds: tuple[int, ...] = (0, 1)
+    eval_size: int = 48
+    train_size: int = 0
+    overrides: list[str] = field(default_factory=list)
+    quick: bool = False
+
+    def run_dir(self, variant: str, seed: int) -> Path:
+        return self.out / "runs" / f"{variant}-seed{seed}"
+
+
+def prepare_data(plan: ExperimentPlan) -> dict[str, Path]:
+    """Write the train files of both variants and the eval file; returns their paths by name."""
+    data_dir = plan.out / "data"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for variant, turns in VARIANTS.items():
+        rows = build_dataset("sql", n=plan.train_size, seed=0, split="train", max_turns=turns)
+        paths[variant] = data_dir / f"train_{variant}.jsonl"
+        write_rows(paths[variant], rows)
+    eval_rows = []
+    for tag, turns in EVAL_SETS.items():
+        rows = build_dataset("sql", n=0, seed=0, split="heldout", max_turns=turns)
+        chosen = random.Random(1234).sample(rows, min(plan.eval_size, len(rows)))  # same questions
+        eval_rows += [{**row, "eval_set": tag} for row in chosen]
+    paths["eval"] = data_dir / "eval_heldout.jsonl"
+    write_rows(paths["eval"], eval_rows)
+    return paths
+
+
+def run_overrides(plan: ExperimentPlan, variant: str, seed: int, data: dict[str, Path]) -> list[str]:
+    """The ``aloft train skyrl_sql`` overrides of one run."""
+    run_dir = plan.run_dir(variant, seed)
+    overrides = [
+        f"data.train_files=[{data[variant]}]",
+        f"data.eval_files=[{data['eval']}]",
+        "data.eval_size=0",
+        f"trainer.seed={seed}",
+        f"trainer.run_root={run_dir.parent}",
+        f"trainer.name={run_dir.name}",
+    ]
+    if plan.model:
+        overrides.append(f"model.path={plan.model}")
+    if plan.quick:
+        overrides += QUICK_OVERRIDES
+    return overrides + list(plan.overrides)
+
+
+def _finished(run_dir: Path) -> bool:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists() or not (run_dir / "config.yaml").exists():
+        return False
+    import yaml
+
+    max_steps = yaml.safe_load((run_dir / "config.yaml").read_text())["trainer"]["max_steps"]
+    return any(r.get("step") == max_steps and "eval/reward/mean" in r for r in _read_jsonl(path))
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def run_experiment(plan: ExperimentPlan, echo: Any = print) -> Path:
+    """Prepare the data, run (or resume) every run, and write the report; returns ``results.md``."""
+    data = prepare_data(plan)
+    for seed in plan.seeds:
+        for variant in VARIANTS:
+            run_dir = plan.run_dir(variant, seed)
+            if _finished(run_dir):
+                echo(f"[skyrl-sql] {run_dir.name}: finished, skipped")
+                continue
+            echo(f"[skyrl-sql] {run_dir.name}: training")
+            command = [sys.executable, "-m", "aloft.cli", "train", "skyrl_sql"]
+            command += run_overrides(plan, variant, seed, data)
+            completed = subprocess.run(command, env=os.environ.copy(), check=False)
+            if completed.returncode != 0:
+                raise RuntimeError(
+                    f"skyrl-sql experiment: the run {run_dir.name} failed (exit {completed.returncode}); "
+                    f"see its log above and {run_dir}; rerun the same command to resume it"
+                )
+    return write_report(plan)
+
+
+# ---- the report ---------------------------------------------------------------------------------
+def collect_runs(plan: ExperimentPlan) -> dict[tuple[str, int], list[dict[str, float]]]:
+    """Per run, its evals in step order: ``step``, ``train_seconds`` (training time up to that step,
+    evals excluded) and the eval metrics of both eval sets."""
+    runs = {}
+    for seed in plan.seeds:
+        for variant in VARIANTS:
+            path = plan.run_dir(variant, seed) / "metrics.jsonl"
+            if not path.exists():
+                continue
+            seconds, evals = 0.0, []
+            for record in sorted(_read_jsonl(path), key=lambda r: (r["step"], "eval/reward/mean" in r)):
+                seconds += record.get("timing/step_s", 0.0)
+                if "eval/reward/mean" in record:
+                    evals.append({**record, "train_seconds": seconds})
+            runs[(variant, seed)] = evals
+    return runs
+
+
+def _metric(record: dict[str, float], tag: str, name: str) -> float:
+    return record.get(f"eval/{tag}/env/{name}", float("nan"))
+
+
+def _mean(values: list[float]) -> float:
+    kept = [v for v in values if v == v]
+    return sum(kept) / len(kept) if kept else float("nan")
+
+
+def _steps_to_reach(evals: list[dict[str, float]], target: float, tag: str) -> int | None:
+    for record in evals:
+        if _metric(record, tag, "correct") >= target:
+            return int(record["step"])
+    return None
+
+
+def write_report(plan: ExperimentPlan) -> Path:
+    """``results.md`` and the two plots from the runs' metrics; returns the path of ``results.md``."""
+    runs = collect_runs(plan)
+    lines = [
+        "# SkyRL-SQL at small scale",
+        "",
+        f"Held-out databases (never in training), {plan.eval_size} questions, greedy; execution accuracy "
+        "is `correct` (right rows in a well-formed `<solution>`), `format` the well-formed share, "
+        "`any-format` the final query right whatever the format.",
+        "",
+        "| policy | seed | steps | train min | eval at | accuracy base -> final | format base -> final "
+        "| any-format base -> final |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for (variant, seed), evals in sorted(runs.items()):
+        if not evals:
+            continue
+        first, last = evals[0], evals[-1]
+        for tag in EVAL_SETS:
+            lines.append(
+                f"| {variant} | {seed} | {int(last['step'])} | {last['train_seconds'] / 60:.1f} | {tag} "
+                f"| {_metric(first, tag, 'correct'):.3f} -> {_metric(last, tag, 'correct'):.3f} "
+                f"| {_metric(first, tag, 'format_ok'):.3f} -> {_metric(last, tag, 'format_ok'):.3f} "
+                f"| {_metric(first, tag, 'answer_correct'):.3f} -> {_metric(last, tag, 'answer_correct'):.3f} |"
+            )
+    single_final = _mean(
+        [
+            evals[-1].get("eval/heldout_t5/env/correct", float("nan"))
+            for (v, _), evals in runs.items()
+            if v == "single_turn" and evals
+        ]
+    )
+    if single_final == single_final and single_final > 0:
+        lines += ["", f"Single-turn policy's mean final accuracy (asked at 5 turns): {single_final:.3f}."]
+        for (variant, seed), evals in sorted(runs.items()):
+            step = _steps_to_reach(evals, single_final, "heldout_t5")
+            lines.append(
+                f"- {variant} seed {seed} reaches it at step: {step if step is not None else 'never'}"
+            )
+    report = plan.out / "results.md"
+    report.write_text("\n".join(lines) + "\n")
+    _plot(runs, plan.out)
+    return report
+
+
+def _plot(runs: dict[tuple[str, int], list[dict[str, float]]], out: Path) -> None:
+    """Eval accuracy by step and by training time, one line per (policy, seed, eval set)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = {"multi_turn": "tab:blue", "single_turn": "tab:orange"}
+    styles = {"heldout_t5": "-", "heldout_t1": "--"}
+    for x_key, name, label in (
+        ("step", "accuracy_by_step.png", "training step"),
+        ("train_seconds", "accuracy_by_time.png", "training time (minutes)"),
+    ):
+        figure, axes = plt.subplots(figsize=(7, 4.5))
+        for (variant, seed), evals in sorted(runs.items()):
+            for tag, style in styles.items():
+                xs = [r[x_key] / (60 if x_key == "train_seconds" else 1) for r in evals]
+                ys = [_metric(r, tag, "correct") for r in evals]
+                axes.plot(
+                    xs,
+                    ys,
+                    style,
+                    marker="o",
+                    color=colors[variant],
+                    alpha=0.6 + 0.4 * (seed == 0),
+                    label=f"{variant} seed {seed}, eval {tag[-2:]}",
+                )
+        axes.set_xlabel(label)
+        axes.set_ylabel("held-out execution accuracy")
+        axes.set_ylim(-0.02, 1.02)
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=7)
+        figure.tight_layout()
+        figure.savefig(out / name, dpi=110)
+        plt.close(figure)

@@ -1,0 +1,66 @@
+"""`aloft experiment skyrl-sql --quick`: the whole pipeline (data, both policies, both eval protocols,
+report and plots) end to end on a tiny model, and a rerun that resumes instead of retraining."""
+
+from __future__ import annotations
+
+import json
+
+from aloft.cli import main
+from aloft.models import build_tiny_model
+
+TINY = [
+    "engine.dtype=float32",
+    "optim.bf16_autocast=false",
+    "trainer.progress_bar=false",
+    "trainer.loggers=[jsonl]",
+    "trainer.export_final=false",
+]
+
+
+def test_quick_experiment_end_to_end_and_resume(tmp_path, capsys):
+    # Room for the SQL prompts: schemas run to thousands of byte-level tokens.
+    model = build_tiny_model(
+        tmp_path / "tiny", hidden_size=64, num_layers=2, seed=0, max_position_embeddings=8192
+    )
+    out = tmp_path / "exp"
+    argv = ["experiment", "skyrl-sql", "--quick", "--out", str(out), "--model", model]
+    argv += ["--seeds", "0", "--eval-size", "2", "--train-size", "8", *TINY]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "# SkyRL-SQL at small scale" in printed
+    # Data: the same 8 questions at 5 turns and at 1 turn; eval rows tagged per protocol.
+    train5 = [json.loads(line) for line in (out / "data" / "train_multi_turn.jsonl").read_text().splitlines()]
+    train1 = [
+        json.loads(line) for line in (out / "data" / "train_single_turn.jsonl").read_text().splitlines()
+    ]
+    assert [r["question"] for r in train5] == [r["question"] for r in train1] and len(train5) == 8
+    assert {r["max_turns"] for r in train5} == {5} and {r["max_turns"] for r in train1} == {1}
+    evals = [json.loads(line) for line in (out / "data" / "eval_heldout.jsonl").read_text().splitlines()]
+    assert sorted(r["eval_set"] for r in evals) == ["heldout_t1", "heldout_t1", "heldout_t5", "heldout_t5"]
+    assert {r["db_id"] for r in evals} <= {"flights", "library"}
+    # Each policy trained 3 steps and was evaluated on both protocols before training and every step.
+    for variant in ("multi_turn", "single_turn"):
+        records = [
+            json.loads(line)
+            for line in (out / "runs" / f"{variant}-seed0" / "metrics.jsonl").read_text().splitlines()
+        ]
+        assert max(r["step"] for r in records) == 3
+        evaluated = [r for r in records if "eval/reward/mean" in r]
+        assert [r["step"] for r in evaluated] == [0, 1, 2, 3]
+        for record in evaluated:
+            for tag in ("heldout_t5", "heldout_t1"):
+                assert record[f"eval/{tag}/num_prompts"] == 2.0
+                for name in ("correct", "format_ok", "answer_correct"):
+                    assert 0.0 <= record[f"eval/{tag}/env/{name}"] <= 1.0
+        trained = [r for r in records if "reward/mean" in r]
+        assert all("env/probe_failed" in r and "env/recovered" in r for r in trained)
+        rollouts = sorted((out / "runs" / f"{variant}-seed0" / "rollouts").glob("step_*.jsonl"))
+        assert len(rollouts) == 3
+    report = (out / "results.md").read_text()
+    assert report.count("| multi_turn | 0 | 3 |") == 2 and report.count("| single_turn | 0 | 3 |") == 2
+    for plot in ("accuracy_by_step.png", "accuracy_by_time.png"):
+        assert (out / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # A rerun finds both runs finished and only rewrites the report.
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "multi_turn-seed0: finished, skipped" in captured.out + captured.err

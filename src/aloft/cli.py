@@ -99,6 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     exp.add_argument("--eval-size", type=int, default=48, help="held-out questions per eval")
     exp.add_argument("--train-size", type=int, default=0, help="training questions (0: all)")
     exp.add_argument("--quick", action="store_true", help="3 steps per run: a smoke test of the pipeline")
+    exp.add_argument(
+        "--no-hint",
+        action="store_true",
+        help="SkyRL-SQL's exact prompts, without the one-line format reminder",
+    )
     exp.add_argument("--report-only", action="store_true", help="rewrite the report from the runs so far")
     srv = sub.add_parser("serve", help="an OpenAI-compatible server over an engine: aloft serve MODEL")
     srv.add_argument("model", help="model dir, built-in name or hub id")
@@ -257,6 +262,7 @@ def _experiment(args: argparse.Namespace) -> int:
         train_size=args.train_size,
         overrides=list(args.overrides),
         quick=args.quick,
+        hint=not args.no_hint,
     )
     try:
         report = write_report(plan) if args.report_only else run_experiment(plan)

@@ -329,6 +329,9 @@ def test_builder_rows_have_skyrl_sql_fields(monkeypatch: pytest.MonkeyPatch, tmp
     assert all(r["max_turns"] == 1 for r in one_turn)
     assert one_turn[0]["prompt"][0]["content"] == source.SINGLE_TURN_SYSTEM_PROMPT
     assert "<sql>" not in source.SINGLE_TURN_SYSTEM_PROMPT
+    hinted = build_dataset("sql", n=0, seed=0, split="heldout", max_turns=1, hint=True)
+    assert hinted[0]["prompt"][1]["content"] == one_turn[0]["prompt"][1]["content"] + source.format_hint(1)
+    assert "<sql>" in source.format_hint(5) and "<sql>" not in source.format_hint(1)
     with pytest.raises(ValueError, match="asked for 1000"):
         build_dataset("sql", n=1000, seed=0, db="school")
     with pytest.raises(ValueError, match="unknown SQL database"):

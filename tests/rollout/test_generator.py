@@ -11,7 +11,7 @@ import pytest
 
 from aloft.data import build_dataset, validate_row
 from aloft.gym import Env, StepOutput, register, registered
-from aloft.inference import make_engine
+from aloft.inference import kv_cache, make_engine
 from aloft.models import load_tokenizer
 from aloft.rollout import ChatFormatter, EpisodeLimits, Generator
 from aloft.types import RolloutStatus, SamplingParams
@@ -259,3 +259,59 @@ def test_multi_turn_episodes_prefill_each_history_once_and_equal_runs_without_th
     assert plain_stats.prefilled_tokens > cached_stats.prefilled_tokens + later_turns * min(
         len(t.prompt_ids) for t in cached
     )
+
+
+class LongObservationEnv(Env):
+    """Three turns; each observation is a table longer than the KV cache's spare columns (like a
+    50-row SQL result), so a continuation appends hundreds of tokens to a cached history at once."""
+
+    def __init__(self, config=None, extras=None):
+        super().__init__(config, extras)
+        self.turns = 0
+
+    def step(self, action: str) -> StepOutput:
+        self.turns += 1
+        if self.turns == 3:
+            return StepOutput(observations=[], reward=1.0, done=True)
+        table = "\n".join(f"| {row:>3} | value {row * 7:>5} |" for row in range(7))
+        return StepOutput(observations=[{"role": "user", "content": table}], reward=0.0, done=False)
+
+
+if "test_long_observation" not in registered():
+    register("test_long_observation", LongObservationEnv)
+
+
+def test_long_observations_extend_cached_histories(tiny_model_dir, tokenizer):
+    """Regression: a turn whose new tokens outnumber the cache's spare columns used to fail inside
+    the engine (and the generator then reported it as an env error)."""
+
+    def run(prefix_cache_gb):
+        engine = make_engine(
+            "hf",
+            model_or_path=tiny_model_dir,
+            tokenizer=tokenizer,
+            dtype="float32",
+            prefix_cache_gb=prefix_cache_gb,
+        )
+        try:
+            gen = Generator(engine, tokenizer, limits=EpisodeLimits(max_turns=3, max_total_tokens=2000))
+            groups = gen.generate_sync(
+                rows(2, "test_long_observation"),
+                n=2,
+                sampling=SamplingParams(max_tokens=6, temperature=1.0),
+                seed=1,
+            )
+            return [t for g in groups for t in g.trajectories], engine.stats
+        finally:
+            engine.close()
+
+    cached, stats = run(2.0)
+    plain, _ = run(0.0)
+    for trajectory in cached:
+        assert trajectory.status.value != "env_error", trajectory.info.get("error")
+        assert trajectory.info["turns"] == 3 and trajectory.reward == 1.0
+        assert all(
+            end - start > kv_cache.SPARE_COLUMNS for start, end in trajectory.info["observation_spans"]
+        )
+    assert [t.completion_ids for t in cached] == [t.completion_ids for t in plain]
+    assert stats.prefilled_tokens < sum(len(t.prompt_ids) + len(t.completion_ids) for t in cached)

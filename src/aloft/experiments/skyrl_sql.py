@@ -72,6 +72,8 @@ class ExperimentPlan:
     train_size: int = 0
     overrides: list[str] = field(default_factory=list)
     quick: bool = False
+    hint: bool = True
+    """Restate the reply format at the end of each user message (``aloft.data.sources.sql.prompts``)."""
 
     def run_dir(self, variant: str, seed: int) -> Path:
         return self.out / "runs" / f"{variant}-seed{seed}"
@@ -83,12 +85,12 @@ def prepare_data(plan: ExperimentPlan) -> dict[str, Path]:
     data_dir.mkdir(parents=True, exist_ok=True)
     paths = {}
     for variant, turns in VARIANTS.items():
-        rows = build_dataset("sql", n=plan.train_size, seed=0, split="train", max_turns=turns)
+        rows = build_dataset("sql", n=plan.train_size, seed=0, split="train", max_turns=turns, hint=plan.hint)
         paths[variant] = data_dir / f"train_{variant}.jsonl"
         write_rows(paths[variant], rows)
     eval_rows = []
     for tag, turns in EVAL_SETS.items():
-        rows = build_dataset("sql", n=0, seed=0, split="heldout", max_turns=turns)
+        rows = build_dataset("sql", n=0, seed=0, split="heldout", max_turns=turns, hint=plan.hint)
         chosen = random.Random(1234).sample(rows, min(plan.eval_size, len(rows)))  # same questions
         eval_rows += [{**row, "eval_set": tag} for row in chosen]
     paths["eval"] = data_dir / "eval_heldout.jsonl"

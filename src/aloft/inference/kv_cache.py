@@ -22,7 +22,8 @@ import torch
 from transformers.cache_utils import DynamicLayer
 
 SPARE_COLUMNS = 128
-"""Columns of room added on the right whenever a buffer is (re)built: one copy per this many steps at most."""
+"""Columns of room added on the right whenever a buffer is (re)built: one copy per this many steps at
+most (more when one update appends more than this at once)."""
 
 
 class AppendableLayer(DynamicLayer):
@@ -47,7 +48,7 @@ class AppendableLayer(DynamicLayer):
         """Append ``[B, H, N, D]`` new states on the right; return the whole window (as transformers expects)."""
         new = key_states.shape[-2]
         if self._end + new > self._keys_buffer.shape[2]:
-            self._rebuild(self.keys, self.values, self._keys_buffer.shape[0])
+            self._rebuild(self.keys, self.values, self._keys_buffer.shape[0], room=new)
         self._keys_buffer[: self._rows, :, self._end : self._end + new] = key_states
         self._values_buffer[: self._rows, :, self._end : self._end + new] = value_states
         self._end += new
@@ -104,9 +105,11 @@ class AppendableLayer(DynamicLayer):
         self._rows += joining
         self._sync()
 
-    def _rebuild(self, keys: torch.Tensor, values: torch.Tensor, row_capacity: int) -> None:
+    def _rebuild(self, keys: torch.Tensor, values: torch.Tensor, row_capacity: int, room: int = 0) -> None:
+        """New buffers holding ``keys`` / ``values`` with ``room`` free columns on the right (at least
+        ``SPARE_COLUMNS``: a continuation may append a whole observation at once)."""
         rows, _, width, _ = keys.shape
-        columns = width + SPARE_COLUMNS
+        columns = width + max(room, SPARE_COLUMNS)
         self._keys_buffer = keys.new_empty((row_capacity, keys.shape[1], columns, keys.shape[3]))
         self._values_buffer = values.new_empty((row_capacity, values.shape[1], columns, values.shape[3]))
         self._keys_buffer[:rows, :, :width] = keys

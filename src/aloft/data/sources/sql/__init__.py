@@ -12,7 +12,7 @@ execution, and the ``sql`` dataset builder that turns them into rows for the ``t
 all of them, in a fixed order) as rows with SkyRL-SQL's fields (``data_source``, ``prompt``,
 ``env_class``, ``reward_spec``, ``db_id``, ``data``, ``extra_info``) plus ``db_path``, ``question``
 and ``max_turns``. ``max_turns=1`` gives the 1-turn protocol (its own system prompt; a probe is bad
-format). ``aloft data build sql --out DIR`` writes every split of both protocols.
+format); ``hint=True`` restates the reply format at the end of the user message (for small models). ``aloft data build sql --out DIR`` writes every split of both protocols.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from aloft.data.sources.sql.pairs import (
 from aloft.data.sources.sql.prompts import (
     MULTI_TURN_SYSTEM_PROMPT,
     SINGLE_TURN_SYSTEM_PROMPT,
+    format_hint,
     system_prompt,
     user_prompt,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "chinook_fixture_from_sdist",
     "database_path",
     "difficulty",
+    "format_hint",
     "load_chinook_fixture",
     "load_pairs",
     "pairs",
@@ -72,8 +74,11 @@ __all__ = [
 ]
 
 
-def rows_of(chosen: list[dict[str, Any]], split: str, max_turns: int = 5) -> list[dict[str, Any]]:
-    """Rows for the ``text2sql`` env from pairs (see the module docstring for the fields)."""
+def rows_of(
+    chosen: list[dict[str, Any]], split: str, max_turns: int = 5, hint: bool = False
+) -> list[dict[str, Any]]:
+    """Rows for the ``text2sql`` env from pairs (see the module docstring for the fields); ``hint``
+    appends ``format_hint(max_turns)`` to each user message."""
     if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
         raise ValueError(f"dataset builder 'sql': max_turns must be an integer >= 1, got {max_turns!r}")
     paths = {db_id: database_path(db_id) for db_id in sorted({item["db"] for item in chosen})}
@@ -83,7 +88,11 @@ def rows_of(chosen: list[dict[str, Any]], split: str, max_turns: int = 5) -> lis
             "data_source": "aloft-sql",
             "prompt": [
                 {"role": "system", "content": system_prompt(max_turns)},
-                {"role": "user", "content": user_prompt(schemas[item["db"]], item["question"])},
+                {
+                    "role": "user",
+                    "content": user_prompt(schemas[item["db"]], item["question"])
+                    + (format_hint(max_turns) if hint else ""),
+                },
             ],
             "env_class": "text2sql",
             "reward_spec": {"method": "rule", "ground_truth": item["sql"]},
@@ -105,13 +114,14 @@ def rows_of(chosen: list[dict[str, Any]], split: str, max_turns: int = 5) -> lis
 
 @dataset_builder("sql", splits=SPLITS, fixed_dataset=True)
 def _sql(
-    n: int, seed: int, split: str = "train", db: str = "all", max_turns: int = 5
+    n: int, seed: int, split: str = "train", db: str = "all", max_turns: int = 5, hint: bool = False
 ) -> list[dict[str, Any]]:
     """``n`` pairs of ``split`` for database ``db`` (or ``"all"``), drawn without replacement with
     ``seed`` (``n=0``: every pair, in their fixed order), as rows for the ``text2sql`` env with
-    ``max_turns`` turns. Builds the databases into the cache if needed."""
+    ``max_turns`` turns; ``hint`` adds the one-line format reminder (``prompts.format_hint``).
+    Builds the databases into the cache if needed."""
     pool = pairs(db, split)
     if n > len(pool):
         raise ValueError(f"dataset builder 'sql': db {db!r} has {len(pool)} {split} pairs, asked for {n}")
     chosen = pool if n == 0 else random.Random(seed).sample(pool, n)
-    return rows_of(chosen, split, max_turns)
+    return rows_of(chosen, split, max_turns, hint)

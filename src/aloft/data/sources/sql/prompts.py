@@ -11,11 +11,24 @@ SkyRL-SQL's rows carry two messages, and aloft's keep the same layout:
   ``"{db_details}:" + schema + ";\\n {external_knowledge}: " + knowledge + ";\\n {question}: " + question``.
 
 ``SINGLE_TURN_SYSTEM_PROMPT`` is the 1-turn variant: no probes, the answer at once.
+
+``format_hint(max_turns)`` is one optional line appended to the user message, restating the reply
+format. Not part of SkyRL-SQL's layout: its 7B model follows the system message, but
+Qwen2.5-Coder-0.5B-Instruct, sampled at temperature 1.0 on 32 training questions at 1 turn, wrote a
+well-formed reply 3% of the time without it (mostly markdown code fences, or echoing
+"{db_details}:") and 31% with it (2026-12-05). Group-relative RL needs some well-formed replies to
+learn from, so the small-scale experiment turns it on.
 """
 
 from __future__ import annotations
 
-__all__ = ["MULTI_TURN_SYSTEM_PROMPT", "SINGLE_TURN_SYSTEM_PROMPT", "system_prompt", "user_prompt"]
+__all__ = [
+    "MULTI_TURN_SYSTEM_PROMPT",
+    "SINGLE_TURN_SYSTEM_PROMPT",
+    "format_hint",
+    "system_prompt",
+    "user_prompt",
+]
 
 _TASK = """
 Task overview:
@@ -112,4 +125,14 @@ def user_prompt(schema: str, question: str, external_knowledge: str = "") -> str
         + external_knowledge
         + ";\n {question}: "
         + question
+    )
+
+
+def format_hint(max_turns: int) -> str:
+    """The optional last line of the user message that restates the reply format (module docstring)."""
+    if max_turns == 1:
+        return "\n\nReply in this format: <think>your reasoning</think> then <solution>the final SQL query</solution>."
+    return (
+        "\n\nReply in this format: <think>your reasoning</think> then either <sql>one query to explore the "
+        "database</sql> or <solution>the final SQL query</solution>."
     )

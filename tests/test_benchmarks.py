@@ -179,3 +179,19 @@ def test_async_runs(tmp_path, capsys):
         assert math.isfinite(figures_of["step_s"]) and figures_of["step_s"] > 0
     printed = capsys.readouterr().out
     assert "concurrent generator" in printed and "one_step_off" in printed
+
+
+def test_multiturn_runs_real_sql_episodes_and_reuse_cuts_prefill(tmp_path, capsys):
+    bench = load_benchmark("multiturn")
+    out = tmp_path / "multiturn.json"
+    bench.main(["--model", "tiny", "--trajectories", "2", "--turns", "3", "--turn-tokens", "4", "--json", str(out)])
+    figures = json.loads(out.read_text())
+    reprefilled, cached = figures["rows"]
+    for row in (reprefilled, cached):
+        assert row["turns"] == [3, 3]  # every episode probed twice, then ended
+        assert min(row["prompt_tokens"]) > 1000  # real schemas and the SkyRL-SQL system message
+    # Without reuse each turn prefills the whole history; with it, only the new observation.
+    assert reprefilled["prefilled_tokens"] >= 3 * sum(reprefilled["prompt_tokens"])
+    assert cached["prefilled_tokens"] < reprefilled["prefilled_tokens"] / 2
+    assert figures["prefill_ratio"] > 2
+    assert "ratio (re-prefilled / cache)" in capsys.readouterr().out

@@ -20,7 +20,7 @@ def test_data_build_writes_valid_rows(tmp_path, capsys):
 def test_data_build_errors_are_one_line(tmp_path, capsys):
     out = tmp_path / "x.jsonl"
     assert main(["data", "build", "sql", "--n", "5", "--out", str(out), "-o", "nope=1"]) == 2
-    assert "unknown options ['nope']; accepted: ['db', 'max_turns']" in capsys.readouterr().err
+    assert "unknown options ['nope']; accepted: ['db', 'max_turns', 'hint']" in capsys.readouterr().err
     assert main(["data", "build", "sql", "--n", "5000", "--out", str(out)]) == 2
     assert "asked for 5000" in capsys.readouterr().err
     assert not out.exists()

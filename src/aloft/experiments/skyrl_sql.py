@@ -68,7 +68,7 @@ class ExperimentPlan:
     out: Path
     model: str | None = None
     seeds: tuple[int, ...] = (0, 1)
-    eval_size: int = 48
+    eval_size: int = 16
     train_size: int = 0
     overrides: list[str] = field(default_factory=list)
     quick: bool = False

@@ -184,7 +184,9 @@ def test_async_runs(tmp_path, capsys):
 def test_multiturn_runs_real_sql_episodes_and_reuse_cuts_prefill(tmp_path, capsys):
     bench = load_benchmark("multiturn")
     out = tmp_path / "multiturn.json"
-    bench.main(["--model", "tiny", "--trajectories", "2", "--turns", "3", "--turn-tokens", "4", "--json", str(out)])
+    bench.main(
+        ["--model", "tiny", "--trajectories", "2", "--turns", "3", "--turn-tokens", "4", "--json", str(out)]
+    )
     figures = json.loads(out.read_text())
     reprefilled, cached = figures["rows"]
     for row in (reprefilled, cached):

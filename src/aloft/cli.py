@@ -42,15 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         "--size", type=int, default=64, help="rows to build / evaluate (0: every row of a fixed dataset)"
     )
     ev.add_argument("--split", default="eval", help="builder split (sql: eval or heldout)")
-    ev.add_argument(
-        "-o",
-        "--option",
-        dest="options",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a builder option, repeatable (e.g. -o max_turns=1)",
-    )
+    _add_builder_options(ev, example="max_turns=1")
     ev.add_argument(
         "--stop", action="append", default=[], help="a stop string, repeatable (e.g. --stop '</sql>')"
     )
@@ -66,15 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     data_sub.add_parser("list", help="the built-in dataset builders")
     build = data_sub.add_parser("build", help="write rows of a built-in builder (.jsonl or .parquet)")
     build.add_argument("name", help="builder: arithmetic, reasoning_gym, math, mmath, code, search, sql")
-    build.add_argument(
-        "-o",
-        "--option",
-        dest="options",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a builder option, repeatable (e.g. -o source=gsm_symbolic)",
-    )
+    _add_builder_options(build, example="source=gsm_symbolic")
     build.add_argument(
         "--n", type=int, default=None, help="rows to build (fixed datasets: 0 or unset for all)"
     )
@@ -271,6 +255,19 @@ def _experiment(args: argparse.Namespace) -> int:
         return 2
     print(report.read_text())
     return 0
+
+
+def _add_builder_options(parser: argparse.ArgumentParser, example: str) -> None:
+    """``-o KEY=VALUE``, repeatable: keyword options for a dataset builder (see ``_builder_options``)."""
+    parser.add_argument(
+        "-o",
+        "--option",
+        dest="options",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"a builder option, repeatable (e.g. -o {example})",
+    )
 
 
 def _builder_options(pairs: list[str]) -> dict[str, Any]:

@@ -217,6 +217,21 @@ def test_a_weight_update_between_turns_starts_a_new_segment(tiny_model_dir, toke
         assert sum(trajectory.loss_mask) == (b - a) + (d - c)
 
 
+def _two_samples_a_row(
+    model_dir, tokenizer, prefix_cache_gb, prompt_rows, *, limits, sampling, seed, **generator_kwargs
+):
+    """Two samples of each row on the hf engine: (trajectories, the engine's stats)."""
+    engine = make_engine(
+        "hf", model_or_path=model_dir, tokenizer=tokenizer, dtype="float32", prefix_cache_gb=prefix_cache_gb
+    )
+    try:
+        gen = Generator(engine, tokenizer, limits=limits, **generator_kwargs)
+        groups = gen.generate_sync(prompt_rows, n=2, sampling=sampling, seed=seed)
+        return [t for g in groups for t in g.trajectories], engine.stats
+    finally:
+        engine.close()
+
+
 def test_multi_turn_episodes_prefill_each_history_once_and_equal_runs_without_the_cache(
     tiny_model_dir, tokenizer
 ):
@@ -224,26 +239,16 @@ def test_multi_turn_episodes_prefill_each_history_once_and_equal_runs_without_th
     one (the generator re-sends prompt + completion + observation), and trajectories are unchanged."""
 
     def run(prefix_cache_gb):
-        engine = make_engine(
-            "hf",
-            model_or_path=tiny_model_dir,
-            tokenizer=tokenizer,
-            dtype="float32",
-            prefix_cache_gb=prefix_cache_gb,
+        return _two_samples_a_row(
+            tiny_model_dir,
+            tokenizer,
+            prefix_cache_gb,
+            rows(3),
+            limits=EpisodeLimits(max_turns=3, max_total_tokens=200),
+            sampling=SamplingParams(max_tokens=12, temperature=1.0),
+            seed=4,
+            env_configs={"arithmetic": {"max_turns": 3}},
         )
-        try:
-            gen = Generator(
-                engine,
-                tokenizer,
-                limits=EpisodeLimits(max_turns=3, max_total_tokens=200),
-                env_configs={"arithmetic": {"max_turns": 3}},
-            )
-            groups = gen.generate_sync(
-                rows(3), n=2, sampling=SamplingParams(max_tokens=12, temperature=1.0), seed=4
-            )
-            return [t for g in groups for t in g.trajectories], engine.stats
-        finally:
-            engine.close()
 
     cached, cached_stats = run(2.0)
     plain, plain_stats = run(0.0)
@@ -286,24 +291,15 @@ def test_long_observations_extend_cached_histories(tiny_model_dir, tokenizer):
     the engine (and the generator then reported it as an env error)."""
 
     def run(prefix_cache_gb):
-        engine = make_engine(
-            "hf",
-            model_or_path=tiny_model_dir,
-            tokenizer=tokenizer,
-            dtype="float32",
-            prefix_cache_gb=prefix_cache_gb,
+        return _two_samples_a_row(
+            tiny_model_dir,
+            tokenizer,
+            prefix_cache_gb,
+            rows(2, "test_long_observation"),
+            limits=EpisodeLimits(max_turns=3, max_total_tokens=2000),
+            sampling=SamplingParams(max_tokens=6, temperature=1.0),
+            seed=1,
         )
-        try:
-            gen = Generator(engine, tokenizer, limits=EpisodeLimits(max_turns=3, max_total_tokens=2000))
-            groups = gen.generate_sync(
-                rows(2, "test_long_observation"),
-                n=2,
-                sampling=SamplingParams(max_tokens=6, temperature=1.0),
-                seed=1,
-            )
-            return [t for g in groups for t in g.trajectories], engine.stats
-        finally:
-            engine.close()
 
     cached, stats = run(2.0)
     plain, _ = run(0.0)

@@ -225,6 +225,17 @@ def test_answer_correct_measures_sql_apart_from_the_format(db_dir: Path):
     assert env.metrics()["answer_correct"] == 0.0  # a well-formatted wrong answer
 
 
+def test_format_reminder_restates_the_format_in_each_observation(db_dir: Path):
+    probe = "<think>look</think><sql>SELECT COUNT(*) FROM Customer</sql>"
+    plain = _env(db_dir).step(probe).observations[0]["content"]
+    reminded = _env(db_dir, format_reminder=True).step(probe).observations[0]["content"]
+    assert "Start your reply with <think>" not in plain
+    assert reminded.endswith(
+        "<reminder>You have 4 turns left to complete the task. Start your reply with <think>...</think>, then "
+        "write <sql>one query</sql> or <solution>the final SQL query</solution>.</reminder>\n</observation>"
+    )
+
+
 def test_set_comparison_ignores_duplicates_as_skyrl_sql_does(db_dir: Path):
     gold = "SELECT Country FROM Customer WHERE Country IN ('Brazil', 'Canada')"  # 13 rows, 2 distinct
     distinct = "SELECT DISTINCT Country FROM Customer WHERE Country IN ('Brazil', 'Canada')"

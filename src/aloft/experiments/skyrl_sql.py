@@ -55,7 +55,7 @@ QUICK_OVERRIDES = [
     "generator.n_samples=2",
     "generator.max_new_tokens=24",
     "generator.max_total_tokens=512",
-    "optim.micro_batch_size=4",
+    "optim.micro_batch_tokens=16384",
 ]
 """``--quick``: a 3-step run of each variant, for tests and smoke checks."""
 
@@ -111,6 +111,8 @@ def run_overrides(plan: ExperimentPlan, variant: str, seed: int, data: dict[str,
     ]
     if plan.model:
         overrides.append(f"model.path={plan.model}")
+    if not plan.hint:  # SkyRL-SQL's exact prompts and observations
+        overrides.append("env.config.format_reminder=false")
     if plan.quick:
         overrides += QUICK_OVERRIDES
     return overrides + list(plan.overrides)

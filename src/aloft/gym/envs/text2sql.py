@@ -42,7 +42,8 @@ A markdown code fence inside the block is removed.
 Config (all optional): ``max_turns`` (5, as in SkyRL-SQL; a row's ``max_turns`` overrides it),
 ``timeout_s`` (5.0: per probe and for the solution), ``gold_timeout_s`` (30.0), ``max_rows`` (50
 rows shown per observation, as SkyRL-SQL), ``max_cell_chars`` (80), ``max_observation_chars`` (9000,
-SkyRL-SQL's threshold), ``db_dir`` (where ``db_id`` is looked up;
+SkyRL-SQL's threshold), ``format_reminder`` (False; True restates the reply format in every
+observation's reminder, ``FORMAT_REMINDER``), ``db_dir`` (where ``db_id`` is looked up;
 default ``$ALOFT_CACHE_DIR/data/sql`` or ``~/.cache/aloft/data/sql``, where ``aloft.data``'s
 ``sql`` builder puts its databases), ``compare_order`` (``"auto"``, ``"never"`` or ``"set"``), ``immutable``
 (False; True opens the file with ``immutable=1``, only for files nothing writes while training).
@@ -87,10 +88,17 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "max_rows": 50,
     "max_cell_chars": 80,
     "max_observation_chars": 9000,
+    "format_reminder": False,
     "db_dir": None,
     "compare_order": "auto",
     "immutable": False,
 }
+FORMAT_REMINDER = (
+    "Start your reply with <think>...</think>, then write <sql>one query</sql> or "
+    "<solution>the final SQL query</solution>."
+)
+"""Appended to each observation's reminder with ``format_reminder=True`` (not in SkyRL-SQL: for small
+models, which after an observation tend to drop the <think> block or to write the observation themselves)."""
 FLOAT_DECIMALS = 6
 """Floats are compared rounded to this many decimals."""
 
@@ -241,6 +249,7 @@ class Text2SqlEnv(Env):
                 f"got {settings['compare_order']!r}"
             )
         self.compare_sets = settings["compare_order"] == "set"
+        self.format_reminder = bool(settings["format_reminder"])
         self.max_observation_chars = int(settings["max_observation_chars"])
         self.timeout_s = float(settings["timeout_s"])
         self.gold_timeout_s = float(settings["gold_timeout_s"])
@@ -311,6 +320,8 @@ class Text2SqlEnv(Env):
             reminder = "You have 1 turn left: your next reply must give the final <solution>."
         else:
             reminder = f"You have {left} turns left to complete the task."
+        if self.format_reminder:
+            reminder += f" {FORMAT_REMINDER}"
         output = _cut(result.output, self.max_observation_chars)
         content = f"<observation>\n{output}\n<reminder>{reminder}</reminder>\n</observation>"
         return StepOutput(

@@ -80,6 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     exp.add_argument("--out", default="experiments/skyrl-sql", help="output directory (data, runs, report)")
     exp.add_argument("--model", default=None, help="model (default: the skyrl_sql preset's)")
     exp.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="training seeds")
+    exp.add_argument(
+        "--variants",
+        nargs="+",
+        choices=["multi_turn", "single_turn"],
+        default=["multi_turn", "single_turn"],
+        help="which policies to train (the report covers every run there is)",
+    )
     exp.add_argument("--eval-size", type=int, default=16, help="held-out questions per eval")
     exp.add_argument("--train-size", type=int, default=0, help="training questions (0: all)")
     exp.add_argument("--quick", action="store_true", help="3 steps per run: a smoke test of the pipeline")
@@ -242,6 +249,7 @@ def _experiment(args: argparse.Namespace) -> int:
         out=Path(args.out),
         model=args.model,
         seeds=tuple(args.seeds),
+        variants=tuple(args.variants),
         eval_size=args.eval_size,
         train_size=args.train_size,
         overrides=list(args.overrides),

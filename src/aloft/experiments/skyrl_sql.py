@@ -72,6 +72,8 @@ class ExperimentPlan:
     train_size: int = 0
     overrides: list[str] = field(default_factory=list)
     quick: bool = False
+    variants: tuple[str, ...] = tuple(VARIANTS)
+    """Which policies to train (both by default; one alone to spread the runs over sessions)."""
     hint: bool = True
     """Restate the reply format at the end of each user message (``aloft.data.sources.sql.prompts``)."""
 
@@ -136,7 +138,7 @@ def run_experiment(plan: ExperimentPlan, echo: Any = print) -> Path:
     """Prepare the data, run (or resume) every run, and write the report; returns ``results.md``."""
     data = prepare_data(plan)
     for seed in plan.seeds:
-        for variant in VARIANTS:
+        for variant in plan.variants:
             run_dir = plan.run_dir(variant, seed)
             if _finished(run_dir):
                 echo(f"[skyrl-sql] {run_dir.name}: finished, skipped")

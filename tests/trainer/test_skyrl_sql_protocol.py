@@ -5,6 +5,7 @@ summarised per eval set."""
 from __future__ import annotations
 
 import asyncio
+import copy
 
 import pytest
 
@@ -92,7 +93,7 @@ def test_one_turn_protocol_answers_at_once(library_pair, tiny_model_dir):
 def test_eval_is_summarised_per_eval_set(library_pair, tiny_model_dir):
     pair, rows = library_pair
     tokenizer = load_tokenizer(tiny_model_dir)
-    five, one = rows[5], rows[1]
+    five, one = copy.deepcopy(rows[5]), copy.deepcopy(rows[1])  # the fixture is shared by the module
     five.extras["eval_set"], one.extras["eval_set"] = "heldout_t5", "heldout_t1"
     one.index = 1
     replies = [f"<think>Join.</think><solution>{pair['sql']}</solution>"]

@@ -95,6 +95,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="SkyRL-SQL's exact prompts, without the one-line format reminder",
     )
+    exp.add_argument(
+        "--warm-start",
+        type=int,
+        default=32,
+        help="train questions for the protocol warm start both policies start from (0: none)",
+    )
     exp.add_argument("--report-only", action="store_true", help="rewrite the report from the runs so far")
     srv = sub.add_parser("serve", help="an OpenAI-compatible server over an engine: aloft serve MODEL")
     srv.add_argument("model", help="model dir, built-in name or hub id")
@@ -255,6 +261,7 @@ def _experiment(args: argparse.Namespace) -> int:
         overrides=list(args.overrides),
         quick=args.quick,
         hint=not args.no_hint,
+        warm_start=args.warm_start,
     )
     try:
         report = write_report(plan) if args.report_only else run_experiment(plan)

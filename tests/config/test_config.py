@@ -47,7 +47,11 @@ def test_quickstart_preset_and_overrides():
             ["algorithm.loss_reduction=mean"],
             "'token_mean', 'seq_mean_token_mean' or 'seq_mean_token_sum_norm'",
         ),
-        (["trainer.max_steps=0"], "trainer.max_steps=0 must be >= 1"),
+        (["trainer.max_steps=-1"], "trainer.max_steps=-1 must be >= 1"),
+        (
+            ["trainer.max_steps=0", "trainer.eval_before_training=false"],
+            "0 only evaluates the starting model, with trainer.eval_before_training=true",
+        ),
         (["nosuchsection.x=1"], "unknown config key 'nosuchsection'"),
         (
             ["placement.backend=ray", "placement.num_engines=2"],

@@ -24,7 +24,8 @@ def test_quick_experiment_end_to_end_and_resume(tmp_path, capsys):
     )
     out = tmp_path / "exp"
     argv = ["experiment", "skyrl-sql", "--quick", "--out", str(out), "--model", model]
-    argv += ["--seeds", "0", "--eval-size", "2", "--train-size", "8", *TINY]
+    # A random tiny model writes no protocol to warm-start from (tested below): start from it as is.
+    argv += ["--seeds", "0", "--eval-size", "2", "--train-size", "8", "--warm-start", "0", *TINY]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "# SkyRL-SQL at small scale" in printed
@@ -38,7 +39,13 @@ def test_quick_experiment_end_to_end_and_resume(tmp_path, capsys):
     evals = [json.loads(line) for line in (out / "data" / "eval_heldout.jsonl").read_text().splitlines()]
     assert sorted(r["eval_set"] for r in evals) == ["heldout_t1", "heldout_t1", "heldout_t5", "heldout_t5"]
     assert {r["db_id"] for r in evals} <= {"flights", "library"}
-    # Each policy trained 3 steps and was evaluated on both protocols before training and every step.
+    # The starting model is evaluated once, on both protocols, by a 0-step run; then each policy
+    # trains 3 steps and is evaluated after every step.
+    base = [
+        json.loads(line) for line in (out / "runs" / "base-seed0" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert [r["step"] for r in base if "eval/reward/mean" in r] == [0]
+    assert not (out / "runs" / "base-seed0" / "rollouts").exists()
     for variant in ("multi_turn", "single_turn"):
         records = [
             json.loads(line)
@@ -46,7 +53,7 @@ def test_quick_experiment_end_to_end_and_resume(tmp_path, capsys):
         ]
         assert max(r["step"] for r in records) == 3
         evaluated = [r for r in records if "eval/reward/mean" in r]
-        assert [r["step"] for r in evaluated] == [0, 1, 2, 3]
+        assert [r["step"] for r in evaluated] == [1, 2, 3]
         for record in evaluated:
             for tag in ("heldout_t5", "heldout_t1"):
                 assert record[f"eval/{tag}/num_prompts"] == 2.0
@@ -64,4 +71,20 @@ def test_quick_experiment_end_to_end_and_resume(tmp_path, capsys):
     assert main([*argv, "--variants", "multi_turn"]) == 0
     captured = capsys.readouterr().out
     assert "multi_turn-seed0: finished, skipped" in captured and "single_turn-seed0" not in captured
+    assert "base-seed0: finished, skipped" in captured
     assert "| single_turn | 0 | 3 |" in captured  # the report still covers every run
+
+
+def test_warm_start_from_a_model_that_never_probes_fails_in_one_line(tmp_path, capsys):
+    model = build_tiny_model(
+        tmp_path / "tiny", hidden_size=64, num_layers=2, seed=0, max_position_embeddings=8192
+    )
+    out = tmp_path / "exp"
+    argv = ["experiment", "skyrl-sql", "--quick", "--out", str(out), "--model", model, "--seeds", "0"]
+    argv += ["--eval-size", "2", "--train-size", "4", "--warm-start", "2", *TINY]
+    assert main(argv) == 2
+    error = capsys.readouterr().err.strip()
+    assert (
+        error.startswith("aloft: skyrl-sql warm start: none of 2 sampled first turns") and "\n" not in error
+    )
+    assert "--warm-start 0" in error and not (out / "runs").exists()

@@ -227,7 +227,7 @@ class TrainerConfig(Section):
     run_root: str = "runs"
     """Directory holding run directories."""
     max_steps: int = 20
-    """Training steps."""
+    """Training steps (0: only the eval before training, e.g. to measure the starting model)."""
     prompts_per_step: int = 8
     """Prompts per step (the batch is prompts_per_step x generator.n_samples trajectories)."""
     eval_every: int = 5
@@ -327,8 +327,12 @@ class AloftConfig(Section):
     @model_validator(mode="after")
     def _check_consistency(self) -> AloftConfig:
         algo, gen, trainer = self.algorithm, self.generator, self.trainer
+        if trainer.max_steps < 0 or (trainer.max_steps == 0 and not trainer.eval_before_training):
+            raise ValueError(
+                f"trainer.max_steps={trainer.max_steps} must be >= 1 (0 only evaluates the starting model, "
+                "with trainer.eval_before_training=true)"
+            )
         positive = {
-            "trainer.max_steps": trainer.max_steps,
             "trainer.prompts_per_step": trainer.prompts_per_step,
             "generator.n_samples": gen.n_samples,
             "generator.max_turns": gen.max_turns,

@@ -76,6 +76,9 @@ class ExperimentPlan:
     """Which policies to train (both by default; one alone to spread the runs over sessions)."""
     hint: bool = True
     """Restate the reply format at the end of each user message (``aloft.data.sources.sql.prompts``)."""
+    warm_start: int = 32
+    """Train questions whose sampled first turns make the protocol warm start
+    (``aloft.experiments.warm_start``) both policies start from; 0: start from the model itself."""
 
     def run_dir(self, variant: str, seed: int) -> Path:
         return self.out / "runs" / f"{variant}-seed{seed}"
@@ -100,8 +103,82 @@ def prepare_data(plan: ExperimentPlan) -> dict[str, Path]:
     return paths
 
 
-def run_overrides(plan: ExperimentPlan, variant: str, seed: int, data: dict[str, Path]) -> list[str]:
-    """The ``aloft train skyrl_sql`` overrides of one run."""
+def build_warm_start(plan: ExperimentPlan, data: dict[str, Path], echo: Any = print) -> Path | None:
+    """The protocol warm start both policies start from (``OUT/warm_start/model``; built once, then
+    reused). None when ``plan.warm_start`` is 0."""
+    if not plan.warm_start:
+        return None
+    out = plan.out / "warm_start"
+    model_dir = out / "model"
+    if (out / "summary.json").exists():
+        return model_dir
+    import time
+
+    from aloft.config import load_config
+    from aloft.experiments.warm_start import fit_demonstrations, sql_demonstrations
+    from aloft.inference import make_engine
+    from aloft.models import load_tokenizer, resolve_model_path
+    from aloft.types import SamplingParams
+
+    cfg = load_config("skyrl_sql", run_overrides(plan, "multi_turn", 0, data))
+    gen = cfg.generator
+    model_path = resolve_model_path(cfg.model.path)
+    tokenizer = load_tokenizer(model_path)
+    multi, single = (_read_jsonl(data[variant]) for variant in ("multi_turn", "single_turn"))
+    chosen = sorted(random.Random(4321).sample(range(len(multi)), min(plan.warm_start, len(multi))))
+    sampling = SamplingParams(max_tokens=gen.max_new_tokens, temperature=gen.temperature, stop=list(gen.stop))
+    echo(f"[skyrl-sql] warm start: sampling first turns of {len(chosen)} train questions")
+    t0 = time.perf_counter()
+    engine = make_engine("hf", model_or_path=model_path, tokenizer=tokenizer, dtype=cfg.engine.dtype)
+    demos, counts = sql_demonstrations(
+        engine,
+        tokenizer,
+        [multi[i] for i in chosen],
+        [single[i] for i in chosen],
+        samples=2 if not plan.quick else 1,
+        sampling=sampling,
+        env_config=dict(cfg.env.config),
+    )
+    del engine
+    sample_seconds = time.perf_counter() - t0
+    if not demos:
+        raise RuntimeError(
+            f"skyrl-sql warm start: none of {int(counts['sampled'])} sampled first turns was a well-formed "
+            f"probe that returned rows ({int(counts['well_formed'])} well formed), so there is nothing to "
+            "learn the protocol from; use a stronger model, or start from the model itself with --warm-start 0"
+        )
+    echo(
+        f"[skyrl-sql] warm start: {int(counts['kept'])} of {int(counts['sampled'])} first turns kept; fitting"
+    )
+    fit = fit_demonstrations(
+        model_path,
+        tokenizer,
+        demos,
+        model_dir,
+        epochs=1 if plan.quick else 2,
+        lora={
+            "r": cfg.model.lora_rank,
+            "alpha": cfg.model.lora_alpha,
+            "target_modules": cfg.model.lora_target_modules,
+        },
+        micro_batch_tokens=cfg.optim.micro_batch_tokens,
+    )
+    summary = {
+        **counts,
+        **fit,
+        "demonstrations": len(demos),
+        "sample_seconds": sample_seconds,
+        "fit_seconds": time.perf_counter() - t0 - sample_seconds,
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return model_dir
+
+
+def run_overrides(
+    plan: ExperimentPlan, variant: str, seed: int, data: dict[str, Path], start_model: Path | None = None
+) -> list[str]:
+    """The ``aloft train skyrl_sql`` overrides of one run. ``start_model``: the warm start's model,
+    which then replaces the preset's (or ``plan.model``)."""
     run_dir = plan.run_dir(variant, seed)
     overrides = [
         f"data.train_files=[{data[variant]}]",
@@ -111,8 +188,8 @@ def run_overrides(plan: ExperimentPlan, variant: str, seed: int, data: dict[str,
         f"trainer.run_root={run_dir.parent}",
         f"trainer.name={run_dir.name}",
     ]
-    if plan.model:
-        overrides.append(f"model.path={plan.model}")
+    if start_model is not None or plan.model:
+        overrides.append(f"model.path={start_model or plan.model}")
     if not plan.hint:  # SkyRL-SQL's exact prompts and observations
         overrides.append("env.config.format_reminder=false")
     if plan.quick:
@@ -135,43 +212,74 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def run_experiment(plan: ExperimentPlan, echo: Any = print) -> Path:
-    """Prepare the data, run (or resume) every run, and write the report; returns ``results.md``."""
+    """Prepare the data and the warm start, evaluate the starting model once (the ``base`` run),
+    run (or resume) every run, and write the report; returns ``results.md``."""
     data = prepare_data(plan)
+    start_model = build_warm_start(plan, data, echo)
+    # Every run starts from the same model and evaluates greedily on the same rows: its step-0
+    # eval would be the same numbers each time, so it runs once, as a run of 0 steps.
+    _train(
+        plan,
+        BASE_RUN,
+        0,
+        run_overrides(plan, "multi_turn", 0, data, start_model) + ["trainer.max_steps=0", "trainer.export_final=false"],
+        echo,
+    )
     for seed in plan.seeds:
         for variant in plan.variants:
-            run_dir = plan.run_dir(variant, seed)
-            if _finished(run_dir):
-                echo(f"[skyrl-sql] {run_dir.name}: finished, skipped")
-                continue
-            echo(f"[skyrl-sql] {run_dir.name}: training")
-            command = [sys.executable, "-m", "aloft.cli", "train", "skyrl_sql"]
-            command += run_overrides(plan, variant, seed, data)
-            completed = subprocess.run(command, env=os.environ.copy(), check=False)
-            if completed.returncode != 0:
-                raise RuntimeError(
-                    f"skyrl-sql experiment: the run {run_dir.name} failed (exit {completed.returncode}); "
-                    f"see its log above and {run_dir}; rerun the same command to resume it"
-                )
+            overrides = run_overrides(plan, variant, seed, data, start_model)
+            _train(plan, variant, seed, overrides + ["trainer.eval_before_training=false"], echo)
     return write_report(plan)
+
+
+BASE_RUN = "base"
+"""The 0-step run whose eval is every run's step 0 (``OUT/runs/base-seed0``)."""
+
+
+def _train(plan: ExperimentPlan, variant: str, seed: int, overrides: list[str], echo: Any) -> None:
+    run_dir = plan.run_dir(variant, seed)
+    overrides = [o for o in overrides if not o.startswith("trainer.name=")] + [f"trainer.name={run_dir.name}"]
+    if _finished(run_dir):
+        echo(f"[skyrl-sql] {run_dir.name}: finished, skipped")
+        return
+    echo(f"[skyrl-sql] {run_dir.name}: training")
+    command = [sys.executable, "-m", "aloft.cli", "train", "skyrl_sql", *overrides]
+    completed = subprocess.run(command, env=os.environ.copy(), check=False)
+    if completed.returncode != 0:
+        raise RuntimeError(
+            f"skyrl-sql experiment: the run {run_dir.name} failed (exit {completed.returncode}); "
+            f"see its log above and {run_dir}; rerun the same command to resume it"
+        )
 
 
 # ---- the report ---------------------------------------------------------------------------------
 def collect_runs(plan: ExperimentPlan) -> dict[tuple[str, int], list[dict[str, float]]]:
     """Per run, its evals in step order: ``step``, ``train_seconds`` (training time up to that step,
-    evals excluded) and the eval metrics of both eval sets."""
+    evals excluded) and the eval metrics of both eval sets. A run without its own step-0 eval gets
+    the ``base`` run's (the same starting model on the same rows)."""
+    base = _evals(plan.run_dir(BASE_RUN, 0) / "metrics.jsonl")
     runs = {}
     for seed in plan.seeds:
         for variant in VARIANTS:
-            path = plan.run_dir(variant, seed) / "metrics.jsonl"
-            if not path.exists():
+            evals = _evals(plan.run_dir(variant, seed) / "metrics.jsonl")
+            if evals is None:
                 continue
-            seconds, evals = 0.0, []
-            for record in sorted(_read_jsonl(path), key=lambda r: (r["step"], "eval/reward/mean" in r)):
-                seconds += record.get("timing/step_s", 0.0)
-                if "eval/reward/mean" in record:
-                    evals.append({**record, "train_seconds": seconds})
+            if base and (not evals or evals[0]["step"] > 0):
+                evals = base[:1] + evals
             runs[(variant, seed)] = evals
     return runs
+
+
+def _evals(path: Path) -> list[dict[str, float]] | None:
+    """The eval records of one run's ``metrics.jsonl``, with ``train_seconds``; None: no such run."""
+    if not path.exists():
+        return None
+    seconds, evals = 0.0, []
+    for record in sorted(_read_jsonl(path), key=lambda r: (r["step"], "eval/reward/mean" in r)):
+        seconds += record.get("timing/step_s", 0.0)
+        if "eval/reward/mean" in record:
+            evals.append({**record, "train_seconds": seconds})
+    return evals
 
 
 def _metric(record: dict[str, float], tag: str, name: str) -> float:

@@ -64,6 +64,10 @@ def test_quick_experiment_end_to_end_and_resume(tmp_path, capsys):
         rollouts = sorted((out / "runs" / f"{variant}-seed0" / "rollouts").glob("step_*.jsonl"))
         assert len(rollouts) == 3
     report = (out / "results.md").read_text()
+    # Episode behaviour by step, for each run: 3 steps each.
+    for variant in ("multi_turn", "single_turn"):
+        table = report.split(f"Training episodes of {variant} seed 0")[1].split("\n\n")[1]
+        assert [line.split(" | ")[0] for line in table.splitlines()[2:]] == ["| 1", "| 2", "| 3"]
     assert report.count("| multi_turn | 0 | 3 |") == 2 and report.count("| single_turn | 0 | 3 |") == 2
     for plot in ("accuracy_by_step.png", "accuracy_by_time.png"):
         assert (out / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -88,3 +92,35 @@ def test_warm_start_from_a_model_that_never_probes_fails_in_one_line(tmp_path, c
         error.startswith("aloft: skyrl-sql warm start: none of 2 sampled first turns") and "\n" not in error
     )
     assert "--warm-start 0" in error and not (out / "runs").exists()
+
+
+def test_examples_are_picked_from_the_latest_rollouts(tmp_path):
+    from aloft.experiments.skyrl_sql import pick_examples
+
+    def record(index, **metrics):
+        base = {"correct": 0.0, "probes": 0.0, "sql_errors": 0.0, "recovered": 0.0}
+        return {
+            "prompt": f"p{index}",
+            "completion": f"c{index}",
+            "reward": 0.0,
+            "metrics": {**base, **metrics},
+        }
+
+    rollouts = tmp_path / "rollouts"
+    rollouts.mkdir()
+    steps = {
+        1: [
+            record(1, recovered=1.0, correct=1.0, probes=2.0, sql_errors=1.0),
+            record(2, correct=1.0, probes=1.0),
+        ],
+        2: [record(3, correct=1.0), record(4, correct=1.0, probes=1.0), record(5, probes=3.0)],
+    }
+    for step, records in steps.items():
+        (rollouts / f"step_{step}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    picked = pick_examples(tmp_path)
+    assert {name: (r["completion"], r["step"]) for name, r in picked.items()} == {
+        "fixes its query after an error": ("c1", 1),
+        "verifies an intermediate result": ("c4", 2),  # step 2's, not step 1's
+        "fails": ("c5", 2),
+    }
+    assert list(picked) == list(pick_examples.__globals__["EXAMPLE_KINDS"])

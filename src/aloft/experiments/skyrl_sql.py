@@ -222,7 +222,8 @@ def run_experiment(plan: ExperimentPlan, echo: Any = print) -> Path:
         plan,
         BASE_RUN,
         0,
-        run_overrides(plan, "multi_turn", 0, data, start_model) + ["trainer.max_steps=0", "trainer.export_final=false"],
+        run_overrides(plan, "multi_turn", 0, data, start_model)
+        + ["trainer.max_steps=0", "trainer.export_final=false"],
         echo,
     )
     for seed in plan.seeds:
@@ -337,10 +338,94 @@ def write_report(plan: ExperimentPlan) -> Path:
             lines.append(
                 f"- {variant} seed {seed} reaches it at step: {step if step is not None else 'never'}"
             )
+    lines += _behaviour_tables(plan)
+    lines += _trajectory_examples(plan)
     report = plan.out / "results.md"
     report.write_text("\n".join(lines) + "\n")
     _plot(runs, plan.out)
     return report
+
+
+def _behaviour_tables(plan: ExperimentPlan) -> list[str]:
+    """Per run, the training episodes step by step: reward, format errors, execution accuracy,
+    turns, probes, failed probes and how many of those episodes recovered."""
+    lines = []
+    for seed in plan.seeds:
+        for variant in VARIANTS:
+            path = plan.run_dir(variant, seed) / "metrics.jsonl"
+            steps = [r for r in _read_jsonl(path) if "reward/mean" in r] if path.exists() else []
+            if not steps:
+                continue
+            lines += [
+                "",
+                f"Training episodes of {variant} seed {seed}, by step (means over the step's episodes; "
+                "`recovered` is the share of episodes with a failed probe that still answered correctly):",
+                "",
+                "| step | reward | format errors | correct | turns | probes | failed probe | recovered |",
+                "|---|---|---|---|---|---|---|---|",
+            ]
+            for r in sorted(steps, key=lambda r: r["step"]):
+                failed = r.get("env/probe_failed", 0.0)
+                recovered = f"{r.get('env/recovered', 0.0) / failed:.2f}" if failed else "-"
+                lines.append(
+                    f"| {int(r['step'])} | {r['reward/mean']:.2f} | {1 - r.get('env/format_ok', 0.0):.2f} "
+                    f"| {r.get('env/correct', 0.0):.2f} | {r.get('env/turns', 0.0):.2f} "
+                    f"| {r.get('env/probes', 0.0):.2f} | {failed:.2f} | {recovered} |"
+                )
+    return lines
+
+
+EXAMPLE_KINDS: dict[str, str] = {
+    "fixes its query after an error": "a probe failed, a later query ran and the answer is right",
+    "verifies an intermediate result": "a probe returned rows, then a right answer",
+    "fails": "a wrong or badly formatted answer after probing",
+}
+
+
+def pick_examples(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """One trajectory of each ``EXAMPLE_KINDS`` from a run's rollouts, latest step first (the
+    trained model); kinds with no such trajectory are left out."""
+
+    def kind(record: dict[str, Any]) -> str | None:
+        m = record["metrics"]
+        if m.get("recovered"):
+            return "fixes its query after an error"
+        if m.get("correct") and m.get("probes", 0) >= 1 and not m.get("sql_errors"):
+            return "verifies an intermediate result"
+        if not m.get("correct") and m.get("probes", 0) >= 1:
+            return "fails"
+        return None
+
+    found: dict[str, dict[str, Any]] = {}
+    paths = sorted((run_dir / "rollouts").glob("step_*.jsonl"), key=lambda p: -int(p.stem.split("_")[1]))
+    for path in paths:
+        for record in _read_jsonl(path):
+            name = kind(record)
+            if name and name not in found:
+                found[name] = {**record, "step": int(path.stem.split("_")[1])}
+        if len(found) == len(EXAMPLE_KINDS):
+            break
+    return {name: found[name] for name in EXAMPLE_KINDS if name in found}
+
+
+def _trajectory_examples(plan: ExperimentPlan) -> list[str]:
+    """Transcripts of ``pick_examples`` from the multi-turn runs, with their step and reward."""
+    lines = []
+    for seed in plan.seeds:
+        run_dir = plan.run_dir("multi_turn", seed)
+        for name, record in pick_examples(run_dir).items():
+            question = record["prompt"].rsplit("{question}:", 1)[-1].split("<|im_end|>", 1)[0].strip()
+            lines += [
+                "",
+                f"### multi_turn seed {seed}: {name} (step {record['step']}, reward {record['reward']:.0f})",
+                "",
+                f"Question: {question}",
+                "",
+                "```",
+                record["completion"].strip(),
+                "```",
+            ]
+    return ["", "## Trajectories from the multi-turn runs' rollouts", *lines] if lines else []
 
 
 def _plot(runs: dict[tuple[str, int], list[dict[str, float]]], out: Path) -> None:

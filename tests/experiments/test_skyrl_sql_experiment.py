@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import json
 
+import yaml
+
 from aloft.cli import main
-from aloft.models import build_tiny_model
+from aloft.data import build_dataset
+from aloft.experiments.warm_start import sql_demonstrations
+from aloft.inference import make_engine
+from aloft.models import build_tiny_model, load_tokenizer
+from aloft.types import SamplingParams
 
 TINY = [
     "engine.dtype=float32",
@@ -17,6 +23,27 @@ TINY = [
 ]
 
 
+def _save_scripted_demonstrations(model: str, out) -> None:
+    tokenizer = load_tokenizer(model)
+    rows = {
+        turns: [
+            r
+            for r in build_dataset("sql", n=0, seed=0, split="train", max_turns=turns, hint=True)
+            if r["db_id"] == "chinook"
+        ][:2]
+        for turns in (5, 1)
+    }
+    engine = make_engine(
+        "scripted", tokenizer=tokenizer, replies=["<think>Look.</think><sql>SELECT Name FROM Artist</sql>"]
+    )
+    demos, counts = sql_demonstrations(
+        engine, tokenizer, rows[5], rows[1], samples=1, sampling=SamplingParams(max_tokens=512)
+    )
+    out.mkdir(parents=True)
+    (out / "demos.jsonl").write_text("".join(json.dumps(d.to_json()) + "\n" for d in demos))
+    (out / "demos.json").write_text(json.dumps(counts))
+
+
 def test_quick_experiment_end_to_end_and_resume(tmp_path, capsys):
     # Room for the SQL prompts: schemas run to thousands of byte-level tokens.
     model = build_tiny_model(
@@ -24,8 +51,10 @@ def test_quick_experiment_end_to_end_and_resume(tmp_path, capsys):
     )
     out = tmp_path / "exp"
     argv = ["experiment", "skyrl-sql", "--quick", "--out", str(out), "--model", model]
-    # A random tiny model writes no protocol to warm-start from (tested below): start from it as is.
-    argv += ["--seeds", "0", "--eval-size", "2", "--train-size", "8", "--warm-start", "0", *TINY]
+    argv += ["--seeds", "0", "--eval-size", "2", "--train-size", "8", "--warm-start", "4", *TINY]
+    # A random tiny model writes no protocol to warm-start from (tested below): its demonstrations
+    # come from a scripted first turn, saved where the experiment keeps them; it then fits them.
+    _save_scripted_demonstrations(model, out / "warm_start")
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "# SkyRL-SQL at small scale" in printed
@@ -46,6 +75,11 @@ def test_quick_experiment_end_to_end_and_resume(tmp_path, capsys):
     ]
     assert [r["step"] for r in base if "eval/reward/mean" in r] == [0]
     assert not (out / "runs" / "base-seed0" / "rollouts").exists()
+    start = yaml.safe_load((out / "runs" / "base-seed0" / "config.yaml").read_text())["model"]["path"]
+    assert start == str(out / "warm_start" / "model")
+    # ... and so is the model before the warm start.
+    raw = yaml.safe_load((out / "runs" / "raw-seed0" / "config.yaml").read_text())["model"]["path"]
+    assert raw == model and (out / "runs" / "raw-seed0" / "metrics.jsonl").exists()
     for variant in ("multi_turn", "single_turn"):
         records = [
             json.loads(line)
@@ -64,6 +98,7 @@ def test_quick_experiment_end_to_end_and_resume(tmp_path, capsys):
         rollouts = sorted((out / "runs" / f"{variant}-seed0" / "rollouts").glob("step_*.jsonl"))
         assert len(rollouts) == 3
     report = (out / "results.md").read_text()
+    assert "The model before the warm start" in report
     # Episode behaviour by step, for each run: 3 steps each.
     for variant in ("multi_turn", "single_turn"):
         table = report.split(f"Training episodes of {variant} seed 0")[1].split("\n\n")[1]
@@ -75,7 +110,7 @@ def test_quick_experiment_end_to_end_and_resume(tmp_path, capsys):
     assert main([*argv, "--variants", "multi_turn"]) == 0
     captured = capsys.readouterr().out
     assert "multi_turn-seed0: finished, skipped" in captured and "single_turn-seed0" not in captured
-    assert "base-seed0: finished, skipped" in captured
+    assert "base-seed0: finished, skipped" in captured and "raw-seed0: finished, skipped" in captured
     assert "| single_turn | 0 | 3 |" in captured  # the report still covers every run
 
 

@@ -8,12 +8,18 @@ allows:
    ``eval_size`` held-out questions (databases never seen in training) twice, tagged
    ``heldout_t5`` (asked at 5 turns) and ``heldout_t1`` (at 1 turn), so every eval measures both
    protocols and the trainer logs them apart (``eval/heldout_t5/...``, ``eval/heldout_t1/...``).
-2. **Runs**: for every seed, the multi-turn and the single-turn policy train with the
-   ``skyrl_sql`` preset, differing only in their training rows. Each run is ``aloft train`` in a
-   subprocess under ``OUT/runs/<variant>-seed<k>``; rerunning the experiment resumes unfinished runs
-   from their checkpoints and skips finished ones.
-3. **Report** (``write_report``): ``OUT/results.md`` (base and final execution accuracy, format
-   rate, steps to reach the single-turn policy's final accuracy) and ``OUT/accuracy_by_step.png`` /
+2. **Warm start** (``build_warm_start``, ``aloft.experiments.warm_start``): the model's own first
+   turns on 32 train questions that are well formed and whose probe returns rows become
+   demonstrations of both protocols (no gold query, no reward), fitted once; both policies start
+   from that model. ``warm_start=0`` starts from the model itself.
+3. **Runs**: the starting model is evaluated once (a 0-step run, ``OUT/runs/base-seed0``); then for
+   every seed the multi-turn and the single-turn policy train with the ``skyrl_sql`` preset,
+   differing only in their training rows. Each run is ``aloft train`` in a subprocess under
+   ``OUT/runs/<variant>-seed<k>``; rerunning the experiment resumes unfinished runs from their
+   checkpoints and skips finished ones.
+4. **Report** (``write_report``): ``OUT/results.md`` (base and final execution accuracy, format
+   rate, steps to reach the single-turn policy's final accuracy, episode behaviour by step, example
+   trajectories) and ``OUT/accuracy_by_step.png`` /
    ``OUT/accuracy_by_time.png``, from the runs' ``metrics.jsonl``.
 
 Execution accuracy is the env's ``correct`` metric (a well-formed ``<solution>`` whose rows equal the
@@ -249,15 +255,12 @@ def run_experiment(plan: ExperimentPlan, echo: Any = print) -> Path:
     data = prepare_data(plan)
     start_model = build_warm_start(plan, data, echo)
     # Every run starts from the same model and evaluates greedily on the same rows: its step-0
-    # eval would be the same numbers each time, so it runs once, as a run of 0 steps.
-    _train(
-        plan,
-        BASE_RUN,
-        0,
-        run_overrides(plan, "multi_turn", 0, data, start_model)
-        + ["trainer.max_steps=0", "trainer.export_final=false"],
-        echo,
-    )
+    # eval would be the same numbers each time, so it runs once, as a run of 0 steps. With a warm
+    # start, the model before it is evaluated the same way (``raw``), to show what each stage adds.
+    eval_only = ["trainer.max_steps=0", "trainer.export_final=false"]
+    _train(plan, BASE_RUN, 0, run_overrides(plan, "multi_turn", 0, data, start_model) + eval_only, echo)
+    if start_model is not None:
+        _train(plan, RAW_RUN, 0, run_overrides(plan, "multi_turn", 0, data) + eval_only, echo)
     for seed in plan.seeds:
         for variant in plan.variants:
             overrides = run_overrides(plan, variant, seed, data, start_model)
@@ -267,6 +270,8 @@ def run_experiment(plan: ExperimentPlan, echo: Any = print) -> Path:
 
 BASE_RUN = "base"
 """The 0-step run whose eval is every run's step 0 (``OUT/runs/base-seed0``)."""
+RAW_RUN = "raw"
+"""The 0-step run that evaluates the model before the warm start (``OUT/runs/raw-seed0``)."""
 
 
 def _train(plan: ExperimentPlan, variant: str, seed: int, overrides: list[str], echo: Any) -> None:
@@ -356,6 +361,14 @@ def write_report(plan: ExperimentPlan) -> Path:
                 f"| {_metric(first, tag, 'format_ok'):.3f} -> {_metric(last, tag, 'format_ok'):.3f} "
                 f"| {_metric(first, tag, 'answer_correct'):.3f} -> {_metric(last, tag, 'answer_correct'):.3f} |"
             )
+    raw = _evals(plan.run_dir(RAW_RUN, 0) / "metrics.jsonl")
+    if raw:
+        lines += ["", "The model before the warm start (every run's base is the warm-started model):"]
+        lines += [
+            f"- {tag}: accuracy {_metric(raw[0], tag, 'correct'):.3f}, format {_metric(raw[0], tag, 'format_ok'):.3f}, "
+            f"any-format {_metric(raw[0], tag, 'answer_correct'):.3f}"
+            for tag in EVAL_SETS
+        ]
     single_final = _mean(
         [
             evals[-1].get("eval/heldout_t5/env/correct", float("nan"))

@@ -255,16 +255,15 @@ def run_experiment(plan: ExperimentPlan, echo: Any = print) -> Path:
     data = prepare_data(plan)
     start_model = build_warm_start(plan, data, echo)
     # Every run starts from the same model and evaluates greedily on the same rows: its step-0
-    # eval would be the same numbers each time, so it runs once, as a run of 0 steps. With a warm
-    # start, the model before it is evaluated the same way (``raw``), to show what each stage adds.
+    # eval would be the same numbers each time, so it runs once, as a run of 0 steps.
     eval_only = ["trainer.max_steps=0", "trainer.export_final=false"]
     _train(plan, BASE_RUN, 0, run_overrides(plan, "multi_turn", 0, data, start_model) + eval_only, echo)
-    if start_model is not None:
-        _train(plan, RAW_RUN, 0, run_overrides(plan, "multi_turn", 0, data) + eval_only, echo)
     for seed in plan.seeds:
         for variant in plan.variants:
             overrides = run_overrides(plan, variant, seed, data, start_model)
             _train(plan, variant, seed, overrides + ["trainer.eval_before_training=false"], echo)
+    if start_model is not None:  # the model before the warm start, evaluated the same way
+        _train(plan, RAW_RUN, 0, run_overrides(plan, "multi_turn", 0, data) + eval_only, echo)
     return write_report(plan)
 
 

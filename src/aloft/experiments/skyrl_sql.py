@@ -293,15 +293,15 @@ def _train(plan: ExperimentPlan, variant: str, seed: int, overrides: list[str], 
 def collect_runs(plan: ExperimentPlan) -> dict[tuple[str, int], list[dict[str, float]]]:
     """Per run, its evals in step order: ``step``, ``train_seconds`` (training time up to that step,
     evals excluded) and the eval metrics of both eval sets. A run without its own step-0 eval gets
-    the ``base`` run's (the same starting model on the same rows)."""
+    the ``base`` run's (the same starting model on the same rows). Runs with no eval yet are left out."""
     base = _evals(plan.run_dir(BASE_RUN, 0) / "metrics.jsonl")
     runs = {}
     for seed in plan.seeds:
         for variant in VARIANTS:
             evals = _evals(plan.run_dir(variant, seed) / "metrics.jsonl")
-            if evals is None:
+            if not evals:  # not started, or no eval yet
                 continue
-            if base and (not evals or evals[0]["step"] > 0):
+            if base and evals[0]["step"] > 0:
                 evals = base[:1] + evals
             runs[(variant, seed)] = evals
     return runs

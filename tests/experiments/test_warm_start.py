@@ -47,6 +47,7 @@ def test_a_probe_with_rows_becomes_a_demonstration_of_each_protocol(chinook_rows
     trained = tokenizer.decode([t for t, m in zip(multi.completion_ids, multi.loss_mask, strict=True) if m])
     assert "<observation>" not in trained and "AC/DC" not in trained
     assert trained.startswith(first) and trained.endswith(f"<solution>{PROBE}</solution>")
+    assert set(multi.sampler_logprobs) == {0.0}  # so the fit's sampler gap is its NLL
     # At 1 turn: the 1-turn prompt, and the same thinking and query answered at once.
     assert "You cannot run queries" in tokenizer.decode(single.prompt_ids)
     assert tokenizer.decode(single.completion_ids) == (

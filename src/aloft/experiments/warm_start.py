@@ -125,13 +125,15 @@ def reply_thinking(text: str) -> str:
 
 
 def _with_policy_turn(trajectory: Trajectory, ids: list[int]) -> Trajectory:
-    """``trajectory`` (policy turn, observation) with one more policy turn: ``ids``, trained on."""
+    """``trajectory`` (policy turn, observation) with one more policy turn: ``ids``, trained on.
+    Sampler logprobs are zeroed, as in every demonstration (``fit_demonstrations`` reads its NLL
+    from the update's sampler gap)."""
     n = len(ids)
     return replace(
         trajectory,
         completion_ids=trajectory.completion_ids + ids,
         loss_mask=trajectory.loss_mask + [1] * n,
-        sampler_logprobs=trajectory.sampler_logprobs + [0.0] * n,
+        sampler_logprobs=[0.0] * (len(trajectory.completion_ids) + n),
         rewards=trajectory.rewards + [0.0] * n,
     )
 

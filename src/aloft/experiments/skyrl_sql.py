@@ -109,107 +109,27 @@ def prepare_data(plan: ExperimentPlan) -> dict[str, Path]:
     return paths
 
 
-WARM_START_FIT: dict[str, Any] = {"epochs": 2, "lr": 1e-4, "batch_size": 8}
-"""How the warm start fits its demonstrations (LoRA of the preset's rank, merged into the model)."""
-
-
 def build_warm_start(plan: ExperimentPlan, data: dict[str, Path], echo: Any = print) -> Path | None:
-    """The protocol warm start both policies start from (``OUT/warm_start/model``), in two stages,
-    each kept once done: the demonstrations (``demos.jsonl``, ``demos.json`` with their counts) and
-    the fit (``model/``, ``summary.json``). None when ``plan.warm_start`` is 0."""
+    """The protocol warm start both policies start from (``OUT/warm_start/model``, see
+    ``aloft.experiments.warm_start.build_sql_warm_start``). None when ``plan.warm_start`` is 0."""
     if not plan.warm_start:
         return None
-    out = plan.out / "warm_start"
-    model_dir = out / "model"
-    if (out / "summary.json").exists():
-        return model_dir
-    import time
-
     from aloft.config import load_config
-    from aloft.experiments.warm_start import fit_demonstrations
-    from aloft.models import load_tokenizer, resolve_model_path
-    from aloft.types import Trajectory
+    from aloft.experiments.warm_start import build_sql_warm_start
 
-    cfg = load_config("skyrl_sql", run_overrides(plan, "multi_turn", 0, data))
-    model_path = resolve_model_path(cfg.model.path)
-    tokenizer = load_tokenizer(model_path)
-    if not (out / "demos.json").exists():
-        _sample_demonstrations(plan, cfg, model_path, tokenizer, data, out, echo)
-    counts = json.loads((out / "demos.json").read_text())
-    # ``reward`` in a trajectory's JSON is derived (the sum of ``rewards``), not a field.
-    demos = [
-        Trajectory(**{k: v for k, v in r.items() if k != "reward"}) for r in _read_jsonl(out / "demos.jsonl")
-    ]
-    echo(f"[skyrl-sql] warm start: fitting {len(demos)} demonstrations")
-    t0 = time.perf_counter()
-    settings = {**WARM_START_FIT, **({"epochs": 1} if plan.quick else {})}
-    fit = fit_demonstrations(
-        model_path,
-        tokenizer,
-        demos,
-        model_dir,
-        **settings,
-        lora={
-            "r": cfg.model.lora_rank,
-            "alpha": cfg.model.lora_alpha,
-            "target_modules": cfg.model.lora_target_modules,
-        },
-        micro_batch_tokens=cfg.optim.micro_batch_tokens,
-    )
-    summary = {
-        **counts,
-        **fit,
-        **settings,
-        "demonstrations": len(demos),
-        "fit_seconds": time.perf_counter() - t0,
-    }
-    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    return model_dir
-
-
-def _sample_demonstrations(
-    plan: ExperimentPlan,
-    cfg: Any,
-    model_path: str,
-    tokenizer: Any,
-    data: dict[str, Path],
-    out: Path,
-    echo: Any,
-) -> None:
-    """Sample the warm start's first turns and write its demonstrations to ``out``."""
-    import time
-
-    from aloft.experiments.warm_start import sql_demonstrations
-    from aloft.inference import make_engine
-    from aloft.types import SamplingParams
-
-    gen = cfg.generator
+    out = plan.out / "warm_start"
+    if (out / "summary.json").exists():  # built by an earlier run of the experiment
+        return out / "model"
     multi, single = (_read_jsonl(data[variant]) for variant in ("multi_turn", "single_turn"))
     chosen = sorted(random.Random(4321).sample(range(len(multi)), min(plan.warm_start, len(multi))))
-    sampling = SamplingParams(max_tokens=gen.max_new_tokens, temperature=gen.temperature, stop=list(gen.stop))
-    echo(f"[skyrl-sql] warm start: sampling first turns of {len(chosen)} train questions")
-    t0 = time.perf_counter()
-    engine = make_engine("hf", model_or_path=model_path, tokenizer=tokenizer, dtype=cfg.engine.dtype)
-    demos, counts = sql_demonstrations(
-        engine,
-        tokenizer,
+    return build_sql_warm_start(
+        load_config("skyrl_sql", run_overrides(plan, "multi_turn", 0, data)),
         [multi[i] for i in chosen],
         [single[i] for i in chosen],
-        samples=2 if not plan.quick else 1,
-        sampling=sampling,
-        env_config=dict(cfg.env.config),
+        out,
+        quick=plan.quick,
+        echo=echo,
     )
-    del engine
-    if not demos:
-        raise RuntimeError(
-            f"skyrl-sql warm start: none of {int(counts['sampled'])} sampled first turns was a well-formed "
-            f"probe that returned rows ({int(counts['well_formed'])} well formed), so there is nothing to "
-            "learn the protocol from; use a stronger model, or start from the model itself with --warm-start 0"
-        )
-    echo(f"[skyrl-sql] warm start: {int(counts['kept'])} of {int(counts['sampled'])} first turns kept")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "demos.jsonl").write_text("".join(json.dumps(d.to_json()) + "\n" for d in demos))
-    (out / "demos.json").write_text(json.dumps({**counts, "sample_seconds": time.perf_counter() - t0}) + "\n")
 
 
 def run_overrides(

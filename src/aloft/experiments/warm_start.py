@@ -24,7 +24,9 @@ what the warm start teaches is the protocol, and what RL adds to execution accur
 from __future__ import annotations
 
 import asyncio
+import json
 import random
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -39,7 +41,13 @@ from aloft.rollout import EpisodeLimits, Generator
 from aloft.rollout.generator import ChatFormatter
 from aloft.types import SamplingParams, Trajectory
 
-__all__ = ["FINAL_THINKING", "fit_demonstrations", "sql_demonstrations"]
+__all__ = [
+    "FINAL_THINKING",
+    "WARM_START_FIT",
+    "build_sql_warm_start",
+    "fit_demonstrations",
+    "sql_demonstrations",
+]
 
 FINAL_THINKING = "The query ran and its result answers the question."
 """The thinking of a demonstration's 5-turn final reply (the query is the model's own probe)."""
@@ -228,3 +236,100 @@ def fit_demonstrations(
         "first_epoch_nll": sum(losses[0]) / len(losses[0]),
         "last_epoch_nll": sum(losses[-1]) / len(losses[-1]),
     }
+
+
+WARM_START_FIT: dict[str, Any] = {"epochs": 2, "lr": 1e-4, "batch_size": 8}
+"""How ``build_sql_warm_start`` fits its demonstrations (LoRA of the config's rank, merged)."""
+
+
+def build_sql_warm_start(
+    cfg: Any,
+    multi_turn_rows: Sequence[dict[str, Any]],
+    single_turn_rows: Sequence[dict[str, Any]],
+    out: Path,
+    *,
+    quick: bool = False,
+    echo: Any = print,
+) -> Path:
+    """The warm start of ``cfg``'s model (an ``AloftConfig``: model, LoRA, sampling, env config) from
+    these questions, in two stages, each kept in ``out`` once done: the demonstrations
+    (``demos.jsonl``, ``demos.json`` with their counts) and the fit (``model/``, ``summary.json``).
+    Returns the model directory. ``quick``: one sample per question and one epoch."""
+    from aloft.models import load_tokenizer, resolve_model_path
+
+    model_path = resolve_model_path(cfg.model.path)
+    tokenizer = load_tokenizer(model_path)
+    if not (out / "demos.json").exists():
+        _sample_and_save(cfg, model_path, tokenizer, multi_turn_rows, single_turn_rows, out, quick, echo)
+    counts = json.loads((out / "demos.json").read_text())
+    # ``reward`` in a trajectory's JSON is derived (the sum of ``rewards``), not a field.
+    demos = [
+        Trajectory(**{k: v for k, v in json.loads(line).items() if k != "reward"})
+        for line in (out / "demos.jsonl").read_text().splitlines()
+        if line.strip()
+    ]
+    echo(f"[skyrl-sql] warm start: fitting {len(demos)} demonstrations")
+    t0 = time.perf_counter()
+    settings = {**WARM_START_FIT, **({"epochs": 1} if quick else {})}
+    fit = fit_demonstrations(
+        model_path,
+        tokenizer,
+        demos,
+        out / "model",
+        **settings,
+        lora={
+            "r": cfg.model.lora_rank,
+            "alpha": cfg.model.lora_alpha,
+            "target_modules": cfg.model.lora_target_modules,
+        },
+        micro_batch_tokens=cfg.optim.micro_batch_tokens,
+    )
+    summary = {
+        **counts,
+        **fit,
+        **settings,
+        "demonstrations": len(demos),
+        "fit_seconds": time.perf_counter() - t0,
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return out / "model"
+
+
+def _sample_and_save(
+    cfg: Any,
+    model_path: str,
+    tokenizer: Any,
+    multi_turn_rows: Sequence[dict[str, Any]],
+    single_turn_rows: Sequence[dict[str, Any]],
+    out: Path,
+    quick: bool,
+    echo: Any,
+) -> None:
+    """Sample the first turns with the hf engine and write the demonstrations to ``out``."""
+    from aloft.inference import make_engine
+
+    gen = cfg.generator
+    sampling = SamplingParams(max_tokens=gen.max_new_tokens, temperature=gen.temperature, stop=list(gen.stop))
+    echo(f"[skyrl-sql] warm start: sampling first turns of {len(multi_turn_rows)} train questions")
+    t0 = time.perf_counter()
+    engine = make_engine("hf", model_or_path=model_path, tokenizer=tokenizer, dtype=cfg.engine.dtype)
+    demos, counts = sql_demonstrations(
+        engine,
+        tokenizer,
+        multi_turn_rows,
+        single_turn_rows,
+        samples=1 if quick else 2,
+        sampling=sampling,
+        env_config=dict(cfg.env.config),
+    )
+    del engine
+    if not demos:
+        raise RuntimeError(
+            f"skyrl-sql warm start: none of {int(counts['sampled'])} sampled first turns was a well-formed "
+            f"probe that returned rows ({int(counts['well_formed'])} well formed), so there is nothing to "
+            "learn the protocol from; use a stronger model, or start from the model itself with --warm-start 0"
+        )
+    echo(f"[skyrl-sql] warm start: {int(counts['kept'])} of {int(counts['sampled'])} first turns kept")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "demos.jsonl").write_text("".join(json.dumps(d.to_json()) + "\n" for d in demos))
+    (out / "demos.json").write_text(json.dumps({**counts, "sample_seconds": time.perf_counter() - t0}) + "\n")

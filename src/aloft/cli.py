@@ -137,6 +137,8 @@ def _train(argv: list[str]) -> int:
     target, overrides = argv[0], argv[1:]
     if "=" in target:  # no preset, only overrides
         target, overrides = None, argv
+    from aloft.trainer.failures import TooManyFailures
+
     try:
         config = load_config(target, overrides)
         from aloft.trainer import train
@@ -145,6 +147,9 @@ def _train(argv: list[str]) -> int:
     except ConfigError as exc:
         print(f"aloft: config error: {exc}", file=sys.stderr)
         return 2
+    except TooManyFailures as exc:
+        print(f"aloft: run stopped: {exc}", file=sys.stderr)
+        return 1
     if os.environ.get("RANK", "0") != "0":
         return 0  # one summary per run: the other ranks of a torchrun launch stay quiet
     keys = [

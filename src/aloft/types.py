@@ -17,6 +17,13 @@ from enum import StrEnum
 from typing import Any, TypedDict
 
 
+class InfrastructureError(RuntimeError):
+    """A failure that is not the policy's doing: a server down, a database missing, a sandbox that
+    cannot start. A tool raises it (or a subclass) instead of answering; ``ToolGroup.call`` lets it
+    through rather than showing it to the policy, the env's step raises, and the trajectory fails
+    (status ``env_error``): it is never trained on, never a reward."""
+
+
 class Message(TypedDict, total=False):
     """One chat message in the OpenAI format: ``{"role": ..., "content": ...}``."""
 
@@ -34,9 +41,13 @@ class RolloutStatus(StrEnum):
     LENGTH = "length"
     """A token budget ran out (max new tokens, max total tokens) or the turn limit was reached."""
     ENV_ERROR = "env_error"
-    """The environment raised; the trajectory is kept but reward is 0 and it is reported."""
+    """The environment or the engine raised: an infrastructure failure, not the policy's doing. The
+    trajectory is never trained on (its group's advantages use the samples that ran); it is counted
+    in ``rollout/error_share``, kept with its error in the rollouts file, and a step whose share
+    passes ``trainer.max_error_share`` stops the run."""
     TOOL_TIMEOUT = "tool_timeout"
-    """A tool ran past its time limit."""
+    """The env reported a tool that ran past its time limit to the policy (e.g. its code looped) and
+    went on: the policy's own outcome, trained on with the env's reward like any other."""
     ABORTED = "aborted"
     """Generation was aborted (engine paused for good, shutdown)."""
 
@@ -144,6 +155,11 @@ class Trajectory:
     def num_policy_tokens(self) -> int:
         return int(sum(self.loss_mask))
 
+    @property
+    def failed(self) -> bool:
+        """The env or the engine raised (status ``env_error``): never trained on, never a reward."""
+        return self.status is RolloutStatus.ENV_ERROR
+
     def to_json(self) -> dict[str, Any]:
         return {
             "group_id": self.group_id,
@@ -169,10 +185,12 @@ class TrajectoryGroup:
 
     @property
     def rewards(self) -> list[float]:
-        return [t.reward for t in self.trajectories]
+        """The rewards of the samples that ran (failed ones have none)."""
+        return [t.reward for t in self.trajectories if not t.failed]
 
     @property
     def has_variance(self) -> bool:
-        """False when every sample got the same reward (zero advantage under group baselines)."""
+        """False when every sample that ran got the same reward (zero advantage under group
+        baselines)."""
         r = self.rewards
         return len(r) > 1 and max(r) - min(r) > 1e-9

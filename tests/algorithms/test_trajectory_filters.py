@@ -6,6 +6,7 @@ import pytest
 
 from aloft.algorithms import (
     apply_soft_overlong_penalty,
+    drop_failed_trajectories,
     drop_zero_variance_groups,
     overlong_filter_mask,
     soft_overlong_penalty,
@@ -33,6 +34,34 @@ def group(group_id, rewards):
     return TrajectoryGroup(
         group_id=group_id, trajectories=[trajectory(r, group_id=group_id) for r in rewards]
     )
+
+
+def test_drop_failed_trajectories_removes_failures_and_empty_groups():
+    failed = RolloutStatus.ENV_ERROR
+    groups = [
+        TrajectoryGroup(
+            group_id="a", trajectories=[trajectory(1, group_id="a"), trajectory(0, failed, group_id="a")]
+        ),
+        TrajectoryGroup(group_id="b", trajectories=[trajectory(0, failed, group_id="b")]),
+        group("c", [1, 0]),
+    ]
+    kept, dropped = drop_failed_trajectories(groups)
+    assert [g.group_id for g in kept] == ["a", "c"]
+    assert [t.reward for t in kept[0].trajectories] == [1.0]
+    assert kept[1] is groups[2]  # untouched groups are passed through
+    assert [t.group_id for t in dropped] == ["a", "b"] and all(t.failed for t in dropped)
+    assert len(groups[0].trajectories) == 2  # the input is not modified
+
+
+def test_a_failed_sample_neither_adds_nor_removes_a_groups_variance():
+    failed = trajectory(0, RolloutStatus.ENV_ERROR)
+    same = TrajectoryGroup(group_id="g", trajectories=[trajectory(1), trajectory(1), failed])
+    assert same.rewards == [1.0, 1.0] and not same.has_variance
+    # A tool timeout the env reported to the policy is the policy's outcome: it keeps its reward.
+    timed_out = TrajectoryGroup(
+        group_id="g", trajectories=[trajectory(1), trajectory(0, RolloutStatus.TOOL_TIMEOUT)]
+    )
+    assert timed_out.has_variance and not timed_out.trajectories[1].failed
 
 
 def test_drop_zero_variance_groups_keeps_informative_groups_in_order():

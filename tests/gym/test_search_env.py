@@ -29,6 +29,7 @@ from aloft.gym.tools.search import (
     render_hits,
 )
 from aloft.gym.tools.search_server import SearchServer
+from aloft.types import InfrastructureError
 
 DOCUMENTS = [
     {
@@ -268,14 +269,16 @@ def test_turn_limit_ends_an_unanswered_episode_without_searching() -> None:
         env.step("<answer>6</answer>")
 
 
-def test_a_dead_retrieval_server_becomes_an_observation_not_a_crash() -> None:
+def test_a_dead_retrieval_server_fails_the_step_instead_of_becoming_an_observation() -> None:
+    """A server that is down is not the policy's doing: the env's step raises (the generator then
+    fails the trajectory, which is never trained on) instead of showing the policy an error."""
     with SearchServer(LocalIndex(DOCUMENTS)) as server:
         url = server.url
     env = make("search", config={"retrieval_url": url, "retrieval_timeout_s": 2}, extras=CARBON_EXTRAS)
-    (output,) = _play(env, ["<search>carbon</search>"])
-    assert not output.done
-    assert output.observations[0]["content"].startswith("<information>Error: cannot reach retrieval server")
-    assert env.metrics()["search_errors"] == 1.0
+    env.reset([{"role": "user", "content": "q"}])
+    with pytest.raises(RetrievalError, match="^cannot reach retrieval server") as failure:
+        env.step("<search>carbon</search>")
+    assert isinstance(failure.value, InfrastructureError)
 
 
 def test_config_and_row_errors_are_one_line() -> None:

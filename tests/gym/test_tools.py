@@ -22,6 +22,7 @@ from aloft.gym.tools import (
     tool,
 )
 from aloft.gym.tools.calculator import MAX_INT_BITS, evaluate
+from aloft.types import InfrastructureError
 
 
 # ---- @tool ----------------------------------------------------------------------------------------
@@ -305,6 +306,30 @@ def test_timeout_returns_promptly_and_is_counted():
     assert result.output == "Error: tool 'sleep' timed out after 0.2 s."
     assert group.metrics()["tool_timeouts"] == 1.0
     assert group.call("sleep", {"seconds": 0}).output == "awake"  # the group still works
+
+
+@pytest.mark.parametrize("timeout_s", [None, 5.0])
+def test_an_infrastructure_error_goes_through_instead_of_reaching_the_model(timeout_s):
+    """A server that is down is not the model's doing: the call raises (the env's step fails, and
+    with it the trajectory) rather than returning an error message the model would be scored on."""
+
+    class Backend(ToolGroup):
+        @tool
+        def lookup(self, key: str) -> str:
+            """Look a key up.
+
+            Args:
+                key: The key.
+            """
+            if key == "down":
+                raise InfrastructureError("backend at 127.0.0.1:9 is down")
+            raise RuntimeError("bad key")
+
+    group = Backend(timeout_s=timeout_s)
+    with pytest.raises(InfrastructureError, match="is down"):
+        group.call("lookup", {"key": "down"})
+    result = group.call("lookup", {"key": "x"})  # any other exception is the model's to read
+    assert (result.ok, result.output) == (False, "Error: RuntimeError: bad key")
 
 
 def test_without_timeout_the_call_runs_on_the_callers_thread():

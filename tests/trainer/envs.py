@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import zlib
+
 from aloft.gym import Env, StepOutput, register, registered
 
 
@@ -15,16 +17,27 @@ class DigitsEnv(Env):
 
 
 class FlakyEnv(Env):
-    """Raises on every step: must fail its trajectories, never the run."""
+    """Raises on every step: fails every trajectory, so the run must stop with this error."""
 
     def step(self, action: str) -> StepOutput:
         raise RuntimeError("tool crashed")
+
+
+class SometimesFailingEnv(DigitsEnv):
+    """Raises on about 3 in 10 replies (chosen by a hash of the reply, so reruns agree); the other
+    replies get DigitsEnv's reward."""
+
+    def step(self, action: str) -> StepOutput:
+        if zlib.crc32(action.encode()) % 10 < 3:
+            raise RuntimeError("tool crashed")
+        return super().step(action)
 
 
 def register_test_envs() -> None:
     if "test_digits" not in registered():
         register("test_digits", DigitsEnv)
         register("test_flaky", FlakyEnv)
+        register("test_sometimes_failing", SometimesFailingEnv)
 
 
 register_test_envs()

@@ -16,6 +16,7 @@ from aloft.algorithms import advantages as _advantages  # noqa: F401  (registers
 from aloft.algorithms import policy_losses as _policy_losses  # noqa: F401  (registers the built-ins)
 from aloft.algorithms.filters import (
     apply_soft_overlong_penalty,
+    drop_failed_trajectories,
     drop_zero_variance_groups,
     overlong_filter_mask,
     soft_overlong_penalty,
@@ -59,6 +60,7 @@ __all__ = [
     "apply_kl_penalty_to_rewards",
     "apply_soft_overlong_penalty",
     "clipped_value_loss",
+    "drop_failed_trajectories",
     "drop_zero_variance_groups",
     "entropy_from_logits",
     "get_advantage_estimator",

@@ -1,4 +1,5 @@
-"""Filters and shaping on trajectory groups before they become tensors (DAPO, Yu et al. 2025).
+"""Filters and shaping on trajectory groups before they become tensors (DAPO, Yu et al. 2025), and
+the removal of failed trajectories.
 
 Torch-free: these work on ``aloft.types`` objects. The trainer decides when to call them (and runs
 DAPO's refill loop for dynamic sampling).
@@ -10,6 +11,29 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 
 from aloft.types import RolloutStatus, Trajectory, TrajectoryGroup
+
+
+def drop_failed_trajectories(
+    groups: Iterable[TrajectoryGroup],
+) -> tuple[list[TrajectoryGroup], list[Trajectory]]:
+    """Remove every failed trajectory (the env or the engine raised) from its group; return
+    ``(groups, failed)``. A group left empty is dropped; order is kept.
+
+    Why remove the sample and keep its group: the group's other samples are valid draws for the
+    same prompt, so their advantages are computed among themselves (GRPO's mean and std over the
+    samples that ran), exactly as if the failed sample had never been drawn. Dropping the whole
+    group would waste them; keeping the failure at reward 0 would bias every advantage in it.
+    """
+    kept: list[TrajectoryGroup] = []
+    failed: list[Trajectory] = []
+    for group in groups:
+        ran = [t for t in group.trajectories if not t.failed]
+        failed += [t for t in group.trajectories if t.failed]
+        if len(ran) == len(group.trajectories):
+            kept.append(group)
+        elif ran:
+            kept.append(dataclasses.replace(group, trajectories=ran))
+    return kept, failed
 
 
 def drop_zero_variance_groups(groups: Iterable[TrajectoryGroup]) -> tuple[list[TrajectoryGroup], int]:

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Field,
     NonNegativeFloat,
     NonNegativeInt,
     PositiveInt,
@@ -242,6 +243,9 @@ class TrainerConfig(Section):
     """Write the final policy in HF format to <run>/export/."""
     save_rollouts: bool = True
     """Write every step's trajectories to <run>/rollouts/step_<n>.jsonl."""
+    max_error_share: float = Field(0.5, ge=0.0, le=1.0)
+    """Failed trajectories (the env or the engine raised) are never trained on; a step in which more
+    than this share of them failed stops the run with the first error (1.0: only when all fail)."""
     seed: int = 0
     """Seed for data order, sampling and initialisation."""
     deterministic: bool = False

@@ -9,10 +9,12 @@ out = env.step("3 plus 5 is 8. The answer is 8.")   # StepOutput(observations=[]
 from aloft.gym.checker import EnvCheckError, check_env
 from aloft.gym.core import Env, StepOutput, UnknownEnvError, make, register, registered
 from aloft.gym.envs import BUILTIN_ENVS
+from aloft.types import InfrastructureError
 
 __all__ = [
     "Env",
     "EnvCheckError",
+    "InfrastructureError",
     "StepOutput",
     "UnknownEnvError",
     "check_env",

@@ -106,6 +106,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from aloft.types import InfrastructureError
+
 __all__ = [
     "SandboxCapabilities",
     "SandboxError",
@@ -125,7 +127,7 @@ STATUS_READY = b"ready"
 _EXITED_NOWAIT = os.WEXITED | os.WNOHANG | os.WNOWAIT
 
 
-class SandboxError(RuntimeError):
+class SandboxError(InfrastructureError):
     """The sandbox itself could not be set up (not a failure of the code it runs)."""
 
 

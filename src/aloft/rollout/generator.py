@@ -13,7 +13,9 @@ One trajectory (``_run_episode``)::
 
 Every trajectory is its own coroutine, so a batch of prompts x samples is in flight together and
 the engine batches their requests; env calls run in threads so a slow tool never blocks the loop.
-An env that raises ends that trajectory with status ``env_error`` and reward 0, never the run.
+An env or engine call that raises ends that trajectory with status ``env_error`` (``info["error"]``
+and ``info["error_source"]``: ``"env"`` or ``"engine"``), never the run; the trainer leaves such
+trajectories out of the loss and stops the run when too many fail (``trainer.max_error_share``).
 """
 
 from __future__ import annotations
@@ -224,6 +226,7 @@ class Generator:
         segment_versions: list[int] = []
         turns = 0
         env: Env | None = None
+        failing = "env"  # which side an exception comes from: "env" or "engine"
         try:
             env = await self._in_env_thread(
                 self.env_factory,
@@ -245,10 +248,12 @@ class Generator:
                     ),
                     session_id=f"{group_id}/{seed}",
                 )
+                failing = "engine"
                 if submit is not None:
                     completion = await submit.generate(index, request)
                 else:
                     (completion,) = await self.engine.generate([request])
+                failing = "env"
                 if turn == 0:
                     policy_version = completion.policy_version
                 # Weights may change between turns (in-flight updates): each turn is a segment.
@@ -286,10 +291,10 @@ class Generator:
                 observation_spans.append([start, len(completion_ids)])
             else:
                 status = RolloutStatus.LENGTH  # turn limit reached without the env saying done
-        except Exception as exc:  # an env failure fails this trajectory, not the run
-            logger.warning("env %s failed on row %s: %r", env_class, row.index, exc)
+        except Exception as exc:  # fails this trajectory, not the run; the trainer never trains on it
+            logger.warning("%s failed on row %s (env %s): %r", failing, row.index, env_class, exc)
             status = RolloutStatus.ENV_ERROR
-            error = repr(exc)
+            error = f"{failing}: {exc!r}"
             rewards = [0.0] * len(completion_ids)
         finally:
             metrics = {}
@@ -311,6 +316,7 @@ class Generator:
         }
         if error:
             info["error"] = error
+            info["error_source"] = failing
         return Trajectory(
             prompt_ids=prompt_ids,
             completion_ids=completion_ids,

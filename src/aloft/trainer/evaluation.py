@@ -6,8 +6,10 @@ from collections.abc import Sequence
 from math import comb
 from statistics import fmean
 
+from aloft.algorithms import drop_failed_trajectories
 from aloft.rollout import Generator
 from aloft.rollout.generator import PromptRow
+from aloft.trainer.failures import error_metrics
 from aloft.types import SamplingParams, Trajectory, TrajectoryGroup
 
 
@@ -26,19 +28,24 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def summarize_groups(groups: Sequence[TrajectoryGroup], prefix: str = "eval/") -> dict[str, float]:
-    trajs = [t for g in groups for t in g.trajectories]
-    n = len(groups[0].trajectories)
-    out = {
-        f"{prefix}reward/mean": fmean(t.reward for t in trajs),
-        f"{prefix}completion/mean_len": fmean(t.num_policy_tokens for t in trajs),
-        f"{prefix}num_prompts": float(len(groups)),
-    }
-    k = 1
-    while k <= n:
+    """Mean reward, pass@k for every k up to the samples per prompt, lengths and env metrics of the
+    trajectories that ran; ``error_share``: those that failed (the env or the engine raised), which
+    count in no other number. pass@k is over the prompts with at least k samples that ran."""
+    trajectories = [t for g in groups for t in g.trajectories]
+    ran, failed = drop_failed_trajectories(groups)
+    out = error_metrics(trajectories)
+    out = {f"{prefix}{name.removeprefix('rollout/')}": value for name, value in out.items()}
+    out[f"{prefix}num_prompts"] = float(len(groups))
+    trajs = [t for g in ran for t in g.trajectories]
+    if not trajs:
+        return out
+    out[f"{prefix}reward/mean"] = fmean(t.reward for t in trajs)
+    out[f"{prefix}completion/mean_len"] = fmean(t.num_policy_tokens for t in trajs)
+    for k in range(1, max(len(g.trajectories) for g in ran) + 1):
+        counted = [g for g in ran if len(g.trajectories) >= k]
         out[f"{prefix}pass@{k}"] = fmean(
-            pass_at_k(n, sum(map(is_success, g.trajectories)), k) for g in groups
+            pass_at_k(len(g.trajectories), sum(map(is_success, g.trajectories)), k) for g in counted
         )
-        k *= 2
     for name in sorted({m for t in trajs for m in t.metrics}):
         out[f"{prefix}env/{name}"] = fmean(t.metrics.get(name, 0.0) for t in trajs)
     return out

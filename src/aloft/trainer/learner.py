@@ -21,6 +21,7 @@ from safetensors.torch import load_file, save_file
 
 from aloft.algorithms import (
     apply_kl_penalty_to_rewards,
+    drop_failed_trajectories,
     get_advantage_estimator,
     kl_divergence,
     off_policy_weights,
@@ -52,8 +53,10 @@ class Learner:
 
     # ---------------------------------------------------------------- one step
     def train_on(self, groups: list[TrajectoryGroup], step: int) -> dict[str, float]:
-        """Advantages and one policy (and critic) update on a step's groups."""
+        """Advantages and one policy (and critic) update on a step's groups. Failed trajectories
+        (the env or the engine raised) are left out, exactly as if never drawn."""
         algo = self.cfg.algorithm
+        groups, _ = drop_failed_trajectories(groups)
         trajectories = [t for g in groups for t in g.trajectories if t.prompt_ids]
         group_index = {g.group_id: i for i, g in enumerate(groups)}
         batch = collate(trajectories, self.pad_token_id, group_index)

@@ -3,18 +3,28 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from statistics import fmean, pstdev
 
 import torch
 
+from aloft.trainer.failures import error_metrics
 from aloft.training import TrainBatch
 from aloft.types import RolloutStatus, Trajectory
 
 
-def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
+def rollout_metrics(trajectories: list[Trajectory], failed: Sequence[Trajectory] = ()) -> dict[str, float]:
+    """Rewards, lengths, turns and env metrics of the ``trajectories`` trained on; the statuses and
+    ``rollout/error_share`` (by source) over those and the ``failed`` ones (never trained on)."""
+    out = error_metrics([*trajectories, *failed])
+    statuses = Counter(t.status for t in [*trajectories, *failed])
+    for status in RolloutStatus:
+        out[f"status/{status.value}"] = statuses.get(status, 0) / max(len(trajectories) + len(failed), 1)
+    if not trajectories:
+        return out
     rewards = [t.reward for t in trajectories]
     lengths = [t.num_policy_tokens for t in trajectories]
-    out = {
+    out |= {
         "reward/mean": fmean(rewards),
         "reward/std": pstdev(rewards),
         "reward/max": max(rewards),
@@ -22,9 +32,6 @@ def rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
         "completion/max_len": float(max(lengths)),
         "completion/turns": fmean(t.info.get("turns", 1) for t in trajectories),
     }
-    statuses = Counter(t.status for t in trajectories)
-    for status in RolloutStatus:
-        out[f"status/{status.value}"] = statuses.get(status, 0) / len(trajectories)
     for name in sorted({m for t in trajectories for m in t.metrics}):
         out[f"env/{name}"] = fmean(t.metrics.get(name, 0.0) for t in trajectories)
     return out

@@ -22,12 +22,13 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from aloft.algorithms import apply_soft_overlong_penalty, drop_zero_variance_groups
+from aloft.algorithms import apply_soft_overlong_penalty, drop_failed_trajectories, drop_zero_variance_groups
 from aloft.config import AloftConfig
 from aloft.models.compute_thread import on_compute_thread
 from aloft.rollout.generator import _mix
 from aloft.trainer.components import Components, build_components
 from aloft.trainer.evaluation import evaluate
+from aloft.trainer.failures import TooManyFailures, check_error_share
 from aloft.trainer.plans import Batch, make_plan
 from aloft.trainer.resume import load_checkpoint, save_checkpoint
 from aloft.trainer.step_metrics import rollout_metrics, staleness_metrics
@@ -89,27 +90,35 @@ class Trainer:
     # ---------------------------------------------------------------- stages (what plans compose)
     async def generate_batch(self, step: int) -> Batch:
         """Draw a step's prompts and generate their groups (rank 0; other data-parallel ranks receive
-        rank 0's groups). With dynamic sampling, refill dropped groups."""
+        rank 0's groups). Failed trajectories leave their groups (too many stop the run); with
+        dynamic sampling, refill dropped groups."""
         if not self.is_main:
             return Batch([], self.share_groups([]))
         algo, c = self.cfg.algorithm, self.c
         want = self.cfg.trainer.prompts_per_step
         rows = c.loader.next_batch()
-        groups = await self._generate(rows, step, round_=0)
+        generated = await self._generate(rows, step, round_=0)
+        groups, failed = drop_failed_trajectories(generated)
+        count = sum(len(g.trajectories) for g in generated)
         stats: dict[str, float] = {}
         if algo.dynamic_sampling:
             kept, dropped = drop_zero_variance_groups(groups)
             rounds = 1
             while len(kept) < want and rounds < algo.max_sampling_rounds:
                 more_rows = c.loader.next_batch()
-                more, more_dropped = drop_zero_variance_groups(await self._generate(more_rows, step, rounds))
+                more_generated = await self._generate(more_rows, step, rounds)
+                more_groups, more_failed = drop_failed_trajectories(more_generated)
+                more, more_dropped = drop_zero_variance_groups(more_groups)
                 kept += more
+                failed += more_failed
+                count += sum(len(g.trajectories) for g in more_generated)
                 dropped += more_dropped
                 rows += more_rows
                 rounds += 1
             groups = kept[:want] if kept else groups  # never train on nothing: fall back to the raw batch
             stats = {"sampling/dropped_groups": float(dropped), "sampling/rounds": float(rounds)}
-        return Batch(rows, self.share_groups(self.shape_rewards(groups)), stats)
+        self.check_failures(step, groups, failed, count)
+        return Batch(rows, self.share_groups(self.shape_rewards(groups)), stats, failed)
 
     def shape_rewards(self, groups: list[TrajectoryGroup]) -> list[TrajectoryGroup]:
         """Reward shaping that needs the whole trajectory (DAPO's soft overlong penalty)."""
@@ -160,6 +169,19 @@ class Trainer:
     def train_on(self, groups: list[TrajectoryGroup], step: int) -> dict[str, float]:
         """The update alone, blocking (for tests and tools that drive the stages by hand)."""
         return self.c.learners.train_on(groups, step)
+
+    def check_failures(
+        self, step: int, groups: list[TrajectoryGroup], failed: list[Trajectory], generated: int
+    ) -> None:
+        """Stop the run when more than ``trainer.max_error_share`` of the ``generated`` trajectories
+        failed (or every one did), writing the step's rollouts first so that the failures can be
+        read (aloft.trainer.failures)."""
+        path = self._rollouts_path(step)
+        try:
+            check_error_share(failed, generated, f"step {step}", self.cfg.trainer.max_error_share, str(path))
+        except TooManyFailures:
+            self._save_rollouts(groups, step, failed)
+            raise
 
     def share_groups(self, groups: list[TrajectoryGroup]) -> list[TrajectoryGroup]:
         """Rank 0's rollouts on every data-parallel rank (each trains on its share of them)."""
@@ -222,7 +244,7 @@ class Trainer:
         trajectories = [t for g in batch.groups for t in g.trajectories]
         tokens = sum(len(t.prompt_ids) + len(t.completion_ids) for t in trajectories)
         metrics = {
-            **rollout_metrics(trajectories),
+            **rollout_metrics(trajectories, batch.failed),
             **staleness_metrics(trajectories, version=step - 1),
             **batch.stats,
             **metrics,
@@ -231,7 +253,7 @@ class Trainer:
         }
         c.logger.log(metrics, step)
         if cfg.save_rollouts and self.is_main:
-            self._save_rollouts(batch.groups)
+            self._save_rollouts(batch.groups, step, batch.failed)
         self.last.update(metrics)
         if (cfg.eval_every and step % cfg.eval_every == 0 or step == cfg.max_steps) and self.is_main:
             self.last.update(await self.run_eval())
@@ -243,7 +265,7 @@ class Trainer:
             await asyncio.to_thread(on_compute_thread, save_checkpoint, c, step, state, loader)
         self.bar.update(1)
         self.bar.set_postfix(
-            reward=f"{metrics['reward/mean']:.3f}",
+            reward=f"{metrics.get('reward/mean', float('nan')):.3f}",
             eval=f"{self.last.get('eval/reward/mean', float('nan')):.3f}",
         )
         return metrics
@@ -253,25 +275,33 @@ class Trainer:
         if not c.eval_rows:
             return {}
         t0 = time.perf_counter()
-        metrics, _ = await evaluate(
+        metrics, groups = await evaluate(
             c.generator,
             c.eval_rows,
             n=gen.eval_n_samples,
             sampling=self.sampling(gen.eval_temperature),
             seed=self.cfg.trainer.seed + 10_007,
         )
+        _, failed = drop_failed_trajectories(groups)  # an eval that mostly failed measures nothing
+        generated = sum(len(g.trajectories) for g in groups)
+        check_error_share(
+            failed, generated, f"the eval at step {self.step}", self.cfg.trainer.max_error_share
+        )
         metrics["timing/eval_s"] = time.perf_counter() - t0
         c.logger.log(metrics, self.step)
         return metrics
 
-    def _save_rollouts(self, groups: list[TrajectoryGroup]) -> None:
-        path = self.c.run_dir / "rollouts" / f"step_{self.step}.jsonl"
+    def _rollouts_path(self, step: int) -> Path:
+        return self.c.run_dir / "rollouts" / f"step_{step}.jsonl"
+
+    def _save_rollouts(self, groups: list[TrajectoryGroup], step: int, failed: list[Trajectory]) -> None:
+        """Every trajectory of the step, trained ones first, then the failed ones with their errors."""
+        path = self._rollouts_path(step)
         path.parent.mkdir(parents=True, exist_ok=True)
         decode = self.c.tokenizer.decode
         with path.open("w") as f:
-            for g in groups:
-                for t in g.trajectories:
-                    f.write(json.dumps(_rollout_record(t, decode)) + "\n")
+            for t in [*(t for g in groups for t in g.trajectories), *failed]:
+                f.write(json.dumps(_rollout_record(t, decode)) + "\n")
 
 
 def _rollout_record(t: Trajectory, decode: Any) -> dict[str, Any]:

@@ -41,6 +41,8 @@ group)::
 ``ToolGroup.call`` is what envs use: it never raises for the model's mistakes or the tool's
 failures (unknown tool, bad arguments, an exception, a timeout); each becomes a ``ToolResult`` with
 ``ok=False``, an ``error`` kind and a message the model can read, and is counted in ``metrics()``.
+The one exception is ``aloft.types.InfrastructureError`` (a server down, a sandbox that cannot
+start): it is not the model's doing, so it goes through and fails the trajectory instead.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, overload
 
 from aloft.gym.tools.schema import ToolDefinitionError, build_parameters, check_arguments, parse_docstring
+from aloft.types import InfrastructureError
 
 __all__ = [
     "ErrorKind",
@@ -282,6 +285,8 @@ class ToolGroup:
                 return self._finish(start, message, "timeout")
             outcome = holder[0]
         succeeded, value = outcome
+        if isinstance(value, InfrastructureError):
+            raise value  # not the policy's doing: the trajectory fails instead (aloft.types)
         if not succeeded:
             return self._finish(start, f"Error: {value}", "exception")
         return self._finish(start, _to_text(value), None)
@@ -335,9 +340,12 @@ class ToolGroup:
 
 
 def _invoke(selected: Tool, arguments: dict[str, Any]) -> tuple[bool, Any]:
-    """(True, return value) or (False, a one-line message about the exception)."""
+    """(True, return value) or (False, a one-line message about the exception, or the
+    ``InfrastructureError`` itself: the caller raises it again)."""
     try:
         return True, selected(**arguments)
+    except InfrastructureError as error:
+        return False, error
     except ToolError as error:
         return False, str(error)
     except Exception as error:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from aloft.gym.tools.base import ToolError, ToolGroup, tool
+from aloft.types import InfrastructureError
 
 __all__ = [
     "Hit",
@@ -75,8 +76,9 @@ class SearchBackend(Protocol):
     def batch_search(self, queries: Sequence[str], topk: int = 3) -> list[list[Hit]]: ...
 
 
-class RetrievalError(RuntimeError):
-    """A retrieval server could not be reached or answered something unusable."""
+class RetrievalError(InfrastructureError):
+    """A retrieval server could not be reached or answered something unusable (an infrastructure
+    failure: the search tool's call raises it and the trajectory fails, never a reward)."""
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -412,8 +414,6 @@ class SearchTools(ToolGroup):
         if not query:
             raise ToolError("the search query is empty; write the query between the tags")
         topk = max(1, min(int(topk), self.max_topk))
-        try:
-            hits = self.backend.search(query, topk)
-        except RetrievalError as error:
-            raise ToolError(str(error)) from None
-        return render_hits(hits, self.max_doc_chars)
+        # A RetrievalError (server down) is not the policy's doing: it goes through and fails the
+        # trajectory (an InfrastructureError), rather than reaching the policy as an observation.
+        return render_hits(self.backend.search(query, topk), self.max_doc_chars)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from aloft.registry import lookup, register
-from aloft.types import TrajectoryGroup
+from aloft.types import Trajectory, TrajectoryGroup
 
 if TYPE_CHECKING:
     from aloft.trainer.trainer import Trainer
@@ -31,11 +31,13 @@ if TYPE_CHECKING:
 
 @dataclass
 class Batch:
-    """One step's training data: the prompts drawn, their trajectory groups, sampling statistics."""
+    """One step's training data: the prompts drawn, their trajectory groups, sampling statistics,
+    and the trajectories that failed (the env or the engine raised; reported, never trained on)."""
 
     rows: list[Any]
     groups: list[TrajectoryGroup]
     stats: dict[str, float] = field(default_factory=dict)
+    failed: list[Trajectory] = field(default_factory=list)
 
 
 class ExecutionPlan(Protocol):

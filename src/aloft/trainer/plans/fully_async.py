@@ -14,7 +14,10 @@ bound is ``trainer.max_staleness`` (s). Admission control starts a new group onl
 
 so accepted plus in-flight groups never exceed what s allows; a group that still comes back too old
 (it finished late, behind newer ones) is dropped, never trained on (``async/dropped_stale``).
-With ``algorithm.dynamic_sampling`` zero-variance groups are dropped as they finish.
+With ``algorithm.dynamic_sampling`` zero-variance groups are dropped as they finish. Failed
+trajectories (the env or the engine raised) leave their group as it finishes (a group with none
+left is dropped); each step reports those since the last step and stops the run when their share
+of the trajectories finished since then passes ``trainer.max_error_share``.
 
 Checkpoints hold the buffer, the prompts drawn but not finished (in-flight groups restart from
 their prompt on resume, with the same seeds) and the counters, with the loader's cursor taken at
@@ -29,10 +32,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from aloft.algorithms import drop_zero_variance_groups
+from aloft.algorithms import drop_failed_trajectories, drop_zero_variance_groups
 from aloft.rollout.generator import _mix
 from aloft.trainer.plans import Batch, register_plan
-from aloft.types import TrajectoryGroup
+from aloft.types import Trajectory, TrajectoryGroup
 
 if TYPE_CHECKING:
     from aloft.trainer.trainer import Trainer
@@ -72,6 +75,10 @@ class FullyAsync:
         self.in_flight: dict[int, Any] = {}
         self.changed = asyncio.Condition()
         self.failure: BaseException | None = None
+        self.failed: list[Trajectory] = []
+        """Failed trajectories since the last step (reported with it, never trained on)."""
+        self.finished = 0
+        """Trajectories finished since the last step, failed or not."""
         self._tasks: set[asyncio.Task[None]] = set()
         producer = asyncio.create_task(self._produce())
         try:
@@ -94,7 +101,10 @@ class FullyAsync:
             raise self.failure
         self.state.buffer.sort(key=lambda f: f.index)
         taken, self.state.buffer = self.state.buffer[: self.per_step], self.state.buffer[self.per_step :]
-        batch = Batch([], [f.group for f in taken], stats=self._stats())
+        failed, finished, self.failed, self.finished = self.failed, self.finished, [], 0
+        groups = [f.group for f in taken]
+        trainer.check_failures(step, groups, failed, finished)
+        batch = Batch([], groups, stats=self._stats(), failed=failed)
         t_ready = time.perf_counter()
         train_metrics = await trainer.update(batch.groups, step)  # the producer keeps generating meanwhile
         t_trained = time.perf_counter()
@@ -113,8 +123,9 @@ class FullyAsync:
         )
 
     def _usable(self, version: int) -> int:
-        """Drop buffered groups older than the bound allows; how many are left (or 'enough' on failure)."""
-        if self.failure is not None:
+        """Drop buffered groups older than the bound allows; how many are left (or 'enough' on an
+        engine failure, or when a step's worth of trajectories has finished with too many failed)."""
+        if self.failure is not None or self._failing():
             return self.per_step
         fresh = [f for f in self.state.buffer if version - f.version <= self.bound]
         if len(fresh) < len(self.state.buffer):
@@ -122,6 +133,10 @@ class FullyAsync:
             self.state.buffer = fresh
             self.changed.notify_all()  # (the lock is held here) dropped groups make room for new ones
         return len(fresh)
+
+    def _failing(self) -> bool:
+        enough = self.finished >= self.per_step * self.trainer.cfg.generator.n_samples
+        return enough and len(self.failed) > self.trainer.cfg.trainer.max_error_share * self.finished
 
     def _stats(self) -> dict[str, float]:
         return {
@@ -182,10 +197,13 @@ class FullyAsync:
                 self.changed.notify_all()
             return
         del self.in_flight[index]
-        if trainer.cfg.algorithm.dynamic_sampling and not drop_zero_variance_groups([group])[0]:
+        self.finished += len(group.trajectories)
+        ran, failed = drop_failed_trajectories([group])
+        self.failed += failed
+        if not ran or trainer.cfg.algorithm.dynamic_sampling and not drop_zero_variance_groups(ran)[0]:
             self.state.dropped.append(index)
         else:
-            version = min(t.policy_version for t in group.trajectories)
-            self.state.buffer.append(Finished(index, group, version))
+            version = min(t.policy_version for t in ran[0].trajectories)
+            self.state.buffer.append(Finished(index, ran[0], version))
         async with self.changed:
             self.changed.notify_all()

@@ -71,6 +71,28 @@ def test_quickstart_preset_and_overrides():
             "use placement.backend=local for remote servers",
         ),
         (["placement.mode=spread"], "'colocated' or 'disaggregated'"),
+        # Value ranges: each names the key, the value and the allowed range.
+        (["optim.lr=-1e-5"], "config key 'optim.lr'=-1e-5 is out of range; set it to a value >= 0"),
+        (
+            ["generator.temperature=-0.5"],
+            "'generator.temperature'=-0.5 is out of range; set it to a value >= 0",
+        ),
+        (["generator.top_p=5"], "'generator.top_p'=5 is out of range; set it to a value in (0, 1]"),
+        (["algorithm.clip_high=-0.2"], "'algorithm.clip_high'=-0.2 is out of range; set it to a value >= 0"),
+        (["algorithm.clip_low=1"], "'algorithm.clip_low'=1 is out of range; set it to a value in [0, 1)"),
+        (["algorithm.kl_coef=-0.1"], "'algorithm.kl_coef'=-0.1 is out of range; set it to a value >= 0"),
+        (
+            ["trainer.keep_checkpoints=-1"],
+            "'trainer.keep_checkpoints'=-1 is out of range; set it to a value >= 1",
+        ),
+        (["model.lora_rank=-3"], "'model.lora_rank'=-3 is out of range; set it to a value >= 0"),
+        (["generator.n_samples=0"], "'generator.n_samples'=0 is out of range; set it to a value >= 1"),
+        (
+            ["trainer.max_error_share=1.5"],
+            "'trainer.max_error_share'=1.5 is out of range; set it to a value in [0, 1]",
+        ),
+        (["optim.betas=[0.9, 1.5]"], "'optim.betas.1'=1.5 is out of range; input should be less than 1"),
+        (["algorithm.geo_mask_low=1.5"], "algorithm.geo_mask_low=1.5 is above algorithm.geo_mask_high=1.02"),
     ],
 )
 def test_bad_config_is_one_clear_line(overrides, expected):

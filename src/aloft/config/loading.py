@@ -154,9 +154,41 @@ def _one_line(exc: ValidationError) -> str:
         return f"unknown config key '{key}'; {hint}{more}"
     if not loc:  # a model_validator error: the message already names key and fix
         return str(err["msg"]).removeprefix("Value error, ") + more
-    expected = _field_type_at(loc)
     got = err.get("input")
+    if err["type"] in _RANGE_ERRORS:
+        allowed = _range_at(loc)
+        fix = f"set it to a value {allowed}" if allowed else str(err["msg"]).lower()
+        return f"config key '{key}'={got} is out of range; {fix}{more}"
+    expected = _field_type_at(loc)
     return f"config key '{key}': {err['msg']} (got {got!r}); set it to a value of type {expected}{more}"
+
+
+_RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}
+
+
+def _range_at(loc: list[str]) -> str | None:
+    """The allowed range of the field at ``loc`` from its constraints, e.g. ``in (0, 1]`` or ``>= 0``;
+    None inside a container (one of ``optim.betas``), where pydantic's message names the bound."""
+    model = _model_at(loc[:-1])
+    field = model.model_fields.get(loc[-1]) if model is not None else None
+    if field is None:
+        return None
+    if field.annotation is int and [type(m).__name__ for m in field.metadata] == ["Gt"]:
+        return f">= {field.metadata[0].gt + 1}"  # PositiveInt: say ">= 1", not "> 0"
+    bounds = {
+        name: getattr(m, name)
+        for m in field.metadata
+        for name in ("gt", "ge", "lt", "le")
+        if hasattr(m, name)
+    }
+    low = ("(", bounds["gt"]) if "gt" in bounds else ("[", bounds["ge"]) if "ge" in bounds else None
+    high = (")", bounds["lt"]) if "lt" in bounds else ("]", bounds["le"]) if "le" in bounds else None
+    if low and high:
+        return f"in {low[0]}{low[1]:g}, {high[1]:g}{high[0]}"
+    if low:
+        return f"{'>' if low[0] == '(' else '>='} {low[1]:g}"
+    assert high is not None
+    return f"{'<' if high[0] == ')' else '<='} {high[1]:g}"
 
 
 def _model_at(loc: list[str]) -> type[BaseModel] | None:

@@ -9,7 +9,7 @@ the trainer before anything heavy runs, since ``config`` must not import the reg
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -33,9 +33,9 @@ class ModelConfig(Section):
     (smollm2-135m-instruct)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, ~30% more compute)."""
-    lora_rank: int = 0
+    lora_rank: NonNegativeInt = 0
     """LoRA rank (peft); 0 trains all parameters."""
-    lora_alpha: int = 16
+    lora_alpha: PositiveInt = 16
     """LoRA scaling alpha."""
     lora_target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj"]
     """Module names LoRA adapters attach to."""
@@ -50,9 +50,9 @@ class DataConfig(Section):
     """Built-in dataset builder used when no files are given (e.g. arithmetic, reasoning_gym)."""
     builder_args: dict[str, Any] = {}
     """Keyword arguments for the builder."""
-    train_size: int = 2000
+    train_size: NonNegativeInt = 2000
     """Rows the builder makes for training (0: every row of a fixed dataset, e.g. sql)."""
-    eval_size: int = 64
+    eval_size: NonNegativeInt = 64
     """Rows the builder makes for eval (also caps eval over eval_files when > 0)."""
     eval_split: str = "eval"
     """The builder split eval rows come from (sql: "eval" = other questions on the training
@@ -69,25 +69,25 @@ class EnvConfig(Section):
 
 
 class GeneratorConfig(Section):
-    n_samples: int = 4
+    n_samples: PositiveInt = 4
     """Samples per prompt (the group size for group-relative estimators)."""
-    max_turns: int = 1
+    max_turns: PositiveInt = 1
     """Turn limit per trajectory (the env may end earlier)."""
-    max_new_tokens: int = 64
+    max_new_tokens: PositiveInt = 64
     """Token budget for one policy turn."""
-    max_total_tokens: int = 1024
+    max_total_tokens: PositiveInt = 1024
     """Token budget for a whole completion (policy turns plus observations)."""
-    temperature: float = 1.0
+    temperature: NonNegativeFloat = 1.0
     """Sampling temperature for training rollouts."""
-    top_p: float = 1.0
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
     """Nucleus sampling threshold (1 disables)."""
-    top_k: int = 0
+    top_k: int = Field(0, ge=-1)
     """Top-k sampling (0 disables)."""
     stop: list[str] = []
     """Extra stop strings."""
-    eval_temperature: float = 0.0
+    eval_temperature: NonNegativeFloat = 0.0
     """Sampling temperature for eval (0 = greedy)."""
-    eval_n_samples: int = 1
+    eval_n_samples: PositiveInt = 1
     """Samples per eval prompt; pass@k is reported for k up to this."""
     env_threads: PositiveInt = 64
     """Threads for env calls (tools mostly wait: databases, sandboxes, HTTP), so that many
@@ -100,7 +100,7 @@ class EngineConfig(Section):
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     """Engine weight dtype; auto = bfloat16 where the hardware has native bf16 math (GPUs, CPUs with
     avx512_bf16/AMX), float32 elsewhere (bf16 is several times slower on an AVX2-only CPU)."""
-    max_batch_size: int = 64
+    max_batch_size: PositiveInt = 64
     """Most sequences the engine decodes at once."""
     prefix_cache_gb: NonNegativeFloat = 2.0
     """hf engine: memory for the KV of finished turns and prompts, so a trajectory's next turn
@@ -123,27 +123,27 @@ class AlgorithmConfig(Section):
     """Advantage estimator: gae, grpo, dr_grpo, rloo, reinforce++, reinforce++_baseline, or a registered one."""
     norm_adv_by_std: bool = True
     """grpo: divide by the group's std (False = Dr.GRPO)."""
-    gamma: float = 1.0
+    gamma: float = Field(1.0, ge=0.0, le=1.0)
     """Discount factor (gae, reinforce++)."""
-    lam: float = 1.0
+    lam: float = Field(1.0, ge=0.0, le=1.0)
     """GAE lambda."""
     policy_loss: str = "ppo"
     """Policy loss: ppo, dual_clip, gspo, cispo, or a registered one."""
-    clip_low: float = 0.2
+    clip_low: float = Field(0.2, ge=0.0, lt=1.0)
     """PPO epsilon below 1."""
-    clip_high: float = 0.2
+    clip_high: NonNegativeFloat = 0.2
     """PPO epsilon above 1 (0.28 = DAPO clip-higher)."""
-    dual_clip_c: float = 3.0
+    dual_clip_c: float = Field(3.0, gt=1.0)
     """Dual-clip constant for negative advantages (dual_clip loss)."""
-    gspo_clip_low: float = 3e-4
+    gspo_clip_low: float = Field(3e-4, ge=0.0, lt=1.0)
     """GSPO sequence-ratio epsilon below 1."""
-    gspo_clip_high: float = 4e-4
+    gspo_clip_high: NonNegativeFloat = 4e-4
     """GSPO sequence-ratio epsilon above 1."""
-    cispo_clip_high: float = 0.28
+    cispo_clip_high: NonNegativeFloat = 0.28
     """CISPO: the importance weight is clipped at 1 + this."""
     loss_reduction: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = "token_mean"
     """How token losses are averaged over the mini-batch."""
-    kl_coef: float = 0.0
+    kl_coef: NonNegativeFloat = 0.0
     """KL to the reference policy; > 0 loads a frozen reference model."""
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
     """KL estimator (Schulman's k1/k2/k3)."""
@@ -151,21 +151,21 @@ class AlgorithmConfig(Section):
     """Apply the KL as a loss term or as a per-token reward penalty."""
     entropy_coef: float = 0.0
     """Entropy bonus coefficient."""
-    value_clip: float = 0.2
+    value_clip: NonNegativeFloat = 0.2
     """Clip range of the critic's value loss."""
-    ppo_epochs: int = 1
+    ppo_epochs: PositiveInt = 1
     """Passes over each step's batch."""
-    mini_batches: int = 1
+    mini_batches: PositiveInt = 1
     """Optimizer steps per epoch; whole groups are kept together."""
     dynamic_sampling: bool = False
     """DAPO dynamic sampling: drop groups whose rewards are all equal and refill."""
-    max_sampling_rounds: int = 3
+    max_sampling_rounds: PositiveInt = 3
     """Most generation rounds per step when dynamic sampling refills."""
     overlong_filter: bool = False
     """Exclude truncated (status=length) trajectories from the loss."""
-    overlong_buffer_len: int = 0
+    overlong_buffer_len: NonNegativeInt = 0
     """DAPO soft overlong penalty buffer (tokens before the budget); 0 disables."""
-    overlong_penalty_factor: float = 1.0
+    overlong_penalty_factor: NonNegativeFloat = 1.0
     """Largest soft overlong penalty."""
     off_policy_correction: Literal["none", "tis_token", "tis_sequence", "geo_mask"] = "none"
     """Correction for samples from an older policy than the one updated (asynchronous plans, and the
@@ -174,28 +174,31 @@ class AlgorithmConfig(Section):
     (truncated importance sampling); tis_sequence: w = min(prod_t r_t, tis_cap) per sequence;
     geo_mask: w = 1 if the sequence's geometric-mean ratio is in [geo_mask_low, geo_mask_high],
     else 0 (the sequence is left out)."""
-    tis_cap: float = 2.0
+    tis_cap: float = Field(2.0, gt=0.0)
     """Truncation of the importance weight (tis_token, tis_sequence)."""
-    geo_mask_low: float = 0.98
+    geo_mask_low: float = Field(0.98, gt=0.0)
     """geo_mask: lowest geometric-mean ratio kept."""
-    geo_mask_high: float = 1.02
+    geo_mask_high: float = Field(1.02, gt=0.0)
     """geo_mask: highest geometric-mean ratio kept."""
 
 
 class OptimConfig(Section):
-    lr: float = 1e-5
+    lr: NonNegativeFloat = 1e-5
     """Policy learning rate (AdamW)."""
-    weight_decay: float = 0.0
+    weight_decay: NonNegativeFloat = 0.0
     """AdamW weight decay."""
-    betas: tuple[float, float] = (0.9, 0.999)
+    betas: tuple[Annotated[float, Field(ge=0.0, lt=1.0)], Annotated[float, Field(ge=0.0, lt=1.0)]] = (
+        0.9,
+        0.999,
+    )
     """AdamW betas."""
-    warmup_steps: int = 0
+    warmup_steps: NonNegativeInt = 0
     """Linear warmup steps."""
     schedule: Literal["constant", "linear", "cosine"] = "constant"
     """LR schedule after warmup (decays to 0 at trainer.max_steps)."""
-    max_grad_norm: float = 1.0
+    max_grad_norm: NonNegativeFloat = 1.0
     """Gradient clipping norm (0 disables)."""
-    micro_batch_size: int = 8
+    micro_batch_size: PositiveInt = 8
     """Sequences per forward/backward; the loss does not depend on it."""
     share_prompts: bool = True
     """Run each group's shared prompt through the model once per training forward (same loss and
@@ -218,7 +221,7 @@ class CriticConfig(Section):
     """Train a value model (needed by gae)."""
     path: str | None = None
     """Critic initialisation (default: model.path) with a fresh scalar value head."""
-    lr: float = 1e-5
+    lr: NonNegativeFloat = 1e-5
     """Critic learning rate."""
 
 
@@ -229,15 +232,15 @@ class TrainerConfig(Section):
     """Directory holding run directories."""
     max_steps: int = 20
     """Training steps (0: only the eval before training, e.g. to measure the starting model)."""
-    prompts_per_step: int = 8
+    prompts_per_step: PositiveInt = 8
     """Prompts per step (the batch is prompts_per_step x generator.n_samples trajectories)."""
-    eval_every: int = 5
+    eval_every: NonNegativeInt = 5
     """Eval on the held-out set every N steps (0 disables periodic eval)."""
     eval_before_training: bool = True
     """Eval once before the first step."""
-    checkpoint_every: int = 5
+    checkpoint_every: NonNegativeInt = 5
     """Write a checkpoint every N steps (0 disables; the last step is always saved)."""
-    keep_checkpoints: int = 2
+    keep_checkpoints: PositiveInt = 2
     """Most recent checkpoints kept."""
     export_final: bool = True
     """Write the final policy in HF format to <run>/export/."""
@@ -270,7 +273,7 @@ class TrainerConfig(Section):
     partitioned over the ranks)."""
     num_processes: PositiveInt = 1
     """Training processes for a data-parallel strategy (each gets cores / num_processes threads)."""
-    num_threads: int = 0
+    num_threads: NonNegativeInt = 0
     """torch intra-op threads (0 = torch's default)."""
     imports: list[str] = []
     """Python modules imported before the run starts: they may register envs, estimators, losses."""
@@ -296,9 +299,9 @@ class PlacementConfig(Section):
     """backend=ray: CPUs per training process (its torch threads)."""
     engine_cpus: PositiveInt = 1
     """backend=ray, disaggregated: CPUs per engine (colocated engines use their bundle's)."""
-    training_gpus: float = 0
+    training_gpus: NonNegativeFloat = 0
     """backend=ray: GPUs per training bundle (0 on CPU machines)."""
-    engine_gpus: float = 0
+    engine_gpus: NonNegativeFloat = 0
     """backend=ray, disaggregated: GPUs per engine bundle."""
     offload: bool = True
     """backend=ray, colocated: the learner's models and optimizer state move to CPU while engines generate."""
@@ -336,20 +339,11 @@ class AloftConfig(Section):
                 f"trainer.max_steps={trainer.max_steps} must be >= 1 (0 only evaluates the starting model, "
                 "with trainer.eval_before_training=true)"
             )
-        positive = {
-            "trainer.prompts_per_step": trainer.prompts_per_step,
-            "generator.n_samples": gen.n_samples,
-            "generator.max_turns": gen.max_turns,
-            "generator.max_new_tokens": gen.max_new_tokens,
-            "generator.eval_n_samples": gen.eval_n_samples,
-            "algorithm.ppo_epochs": algo.ppo_epochs,
-            "algorithm.mini_batches": algo.mini_batches,
-            "optim.micro_batch_size": self.optim.micro_batch_size,
-            "engine.max_batch_size": self.engine.max_batch_size,
-        }
-        for key, value in positive.items():
-            if value < 1:
-                raise ValueError(f"{key}={value} must be >= 1")
+        if algo.geo_mask_low > algo.geo_mask_high:
+            raise ValueError(
+                f"algorithm.geo_mask_low={algo.geo_mask_low} is above algorithm.geo_mask_high="
+                f"{algo.geo_mask_high}; set geo_mask_low <= 1 <= geo_mask_high"
+            )
         if self.engine.backend == "remote" and not self.engine.urls:
             raise ValueError(
                 "engine.backend=remote needs engine.urls=[http://127.0.0.1:8000] (start one with `aloft serve MODEL`)"

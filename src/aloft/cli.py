@@ -134,6 +134,8 @@ def _train(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(_train_help(describe_fields(), presets()))
         return 0
+    debug = "--debug" in argv  # show the traceback behind a one-line error
+    argv = [word for word in argv if word != "--debug"]
     target, overrides = argv[0], argv[1:]
     if "=" in target:  # no preset, only overrides
         target, overrides = None, argv
@@ -145,9 +147,13 @@ def _train(argv: list[str]) -> int:
 
         final = train(config)
     except ConfigError as exc:
+        if debug:
+            raise
         print(f"aloft: config error: {exc}", file=sys.stderr)
         return 2
     except TooManyFailures as exc:
+        if debug:
+            raise
         print(f"aloft: run stopped: {exc}", file=sys.stderr)
         return 1
     if os.environ.get("RANK", "0") != "0":
@@ -161,10 +167,11 @@ def _train(argv: list[str]) -> int:
 
 def _train_help(fields: list[tuple[str, str, str, str]], preset_names: list[str]) -> str:
     lines = [
-        "usage: aloft train PRESET_OR_YAML [section.key=value ...]",
+        "usage: aloft train PRESET_OR_YAML [section.key=value ...] [--debug]",
         "",
         f"presets: {', '.join(preset_names)}",
-        "Rerunning the same command resumes from the run's latest checkpoint.",
+        "Rerunning the same command resumes from the run's latest checkpoint. A bad setting stops the",
+        "run before the model loads with one line (exit 2); --debug shows the traceback behind it.",
         "",
         "fields (section.key  type = default):",
     ]

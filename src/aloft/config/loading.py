@@ -40,6 +40,11 @@ def read_preset_or_file(preset_or_path: str) -> dict[str, Any]:
             )
         text = path.read_text()
     else:
+        if preset_or_path in env_overlays() and preset_or_path not in presets():
+            raise ConfigError(
+                f"'{preset_or_path}' is an env, not a preset: run `aloft train quickstart "
+                f"env={preset_or_path}` (known presets: {presets()})"
+            )
         if preset_or_path not in presets():
             raise ConfigError(
                 f"unknown preset '{preset_or_path}'; known presets: {presets()} (or a YAML path)"
@@ -84,14 +89,21 @@ def load_config(preset_or_path: str | None = None, overrides: list[str] | None =
 
     Choosing an env on the command line (``env=text2sql`` or ``env.name=text2sql``) first merges
     that env's overlay (``presets/envs/<env>.yaml``: its dataset builder, turn limit, stop strings,
-    token budgets) over the preset, so ``aloft train quickstart env=text2sql`` trains on SQL data;
-    the other overrides still win over the overlay.
+    token budgets) over the preset, so ``aloft train quickstart env=text2sql`` trains on SQL data,
+    in its own run directory (``quickstart-text2sql`` unless ``trainer.name`` is given); the other
+    overrides still win over the overlay.
     """
     raw = read_preset_or_file(preset_or_path) if preset_or_path else {}
     overrides = list(overrides or [])
     env_name = _env_override(overrides)
     if env_name is not None and env_name in env_overlays():
+        preset_env = raw.get("env", {}).get("name") if isinstance(raw.get("env"), dict) else raw.get("env")
         _deep_merge(raw, _read_yaml_resource(f"envs/{env_name}.yaml", f"env overlay {env_name}"))
+        named = any(o.partition("=")[0].strip() == "trainer.name" for o in overrides)
+        if env_name != preset_env and not named:
+            # Another env is another run: `quickstart env=text2sql` must not resume `quickstart`.
+            trainer = raw.setdefault("trainer", {})
+            trainer["name"] = f"{trainer.get('name', 'run')}-{env_name}"
     if isinstance(raw.get("env"), str):
         raw["env"] = {"name": raw["env"]}
     for override in overrides:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
 import os
 import random
 import shutil
@@ -16,16 +15,15 @@ import numpy as np
 import torch
 import yaml
 
-from aloft import algorithms, gym
 from aloft.config import AloftConfig, ConfigError, save_config
 from aloft.data import DatasetRow, PromptLoader, build_dataset, read_rows, write_rows
 from aloft.inference import make_engine
 from aloft.inference.base import InferenceEngine
-from aloft.models import load_tokenizer, resolve_model_path
+from aloft.models import load_tokenizer
 from aloft.rollout import EpisodeLimits, Generator
 from aloft.tracking import JsonlSink, MetricsLogger, TensorBoardSink, WandbSink
 from aloft.trainer.learner import Learner, Learners, LocalLearners, build_learner
-from aloft.trainer.plans import make_plan, registered_plans
+from aloft.trainer.preflight import check_envs, check_names, import_plugins, read_data, resolve_model
 from aloft.training import CriticWorker, PolicyWorker, ReferenceWorker
 
 T = TypeVar("T")
@@ -124,32 +122,6 @@ class Components:
         return final
 
 
-def check_names(cfg: AloftConfig) -> None:
-    """Registry names in the config exist (config itself cannot import the registries)."""
-    algo = cfg.algorithm
-    if algo.advantage not in algorithms.advantage_estimators:
-        raise ConfigError(
-            f"algorithm.advantage={algo.advantage} is not a registered estimator; known: "
-            f"{sorted(algorithms.advantage_estimators)}"
-        )
-    if algo.policy_loss not in algorithms.policy_losses:
-        raise ConfigError(
-            f"algorithm.policy_loss={algo.policy_loss} is not a registered loss; known: {sorted(algorithms.policy_losses)}"
-        )
-    if cfg.trainer.plan not in registered_plans():
-        raise ConfigError(
-            f"trainer.plan={cfg.trainer.plan} is not a registered plan; known: {registered_plans()}"
-        )
-    if make_plan(cfg.trainer.plan).off_policy and algo.off_policy_correction == "none":
-        raise ConfigError(
-            f"trainer.plan={cfg.trainer.plan} trains on samples from older policy versions, and "
-            f"algorithm.policy_loss={algo.policy_loss} needs them corrected: set "
-            "algorithm.off_policy_correction=tis_token (or tis_sequence, geo_mask)"
-        )
-    if cfg.env.name is not None and cfg.env.name not in gym.registered():
-        raise ConfigError(f"env.name={cfg.env.name} is not a registered env; known: {gym.registered()}")
-
-
 def seed_everything(seed: int, deterministic: bool, num_threads: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
@@ -218,9 +190,10 @@ def _built(
 
 
 def build_components(cfg: AloftConfig) -> Components:
-    for module in cfg.trainer.imports:  # user plugins register their envs / estimators / losses
-        importlib.import_module(module)
+    # What can be checked before a model loads is checked first, each failure one line (preflight).
+    import_plugins(cfg)  # user plugins register their envs / estimators / losses
     check_names(cfg)
+    model_path = resolve_model(cfg)
     tr = cfg.trainer
     run_dir = Path(tr.run_root) / tr.name
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -228,9 +201,9 @@ def build_components(cfg: AloftConfig) -> Components:
     save_config(cfg, run_dir / "config.yaml")
     seed_everything(tr.seed, tr.deterministic, tr.num_threads)
 
-    train_rows, eval_rows = _load_or_build_rows(cfg, run_dir)
+    train_rows, eval_rows = read_data("data", lambda: _load_or_build_rows(cfg, run_dir))
+    check_envs(cfg, train_rows, eval_rows)
     loader = PromptLoader(train_rows, batch_size=tr.prompts_per_step, shuffle=cfg.data.shuffle, seed=tr.seed)
-    model_path = resolve_model_path(cfg.model.path)
     tokenizer = load_tokenizer(model_path)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     loop = asyncio.new_event_loop()

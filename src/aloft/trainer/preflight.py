@@ -1,0 +1,133 @@
+"""Checks that run before a model loads: a bad setting fails in seconds, as one line, not after minutes.
+
+``build_components`` calls these in order: the user's ``trainer.imports`` import, the registry names
+exist (estimator, loss, plan, env, engine backend; ``check_names``), the model path resolves, the data files read
+and validate, every row's ``env_class`` is registered and its env builds on the first row of each
+class (with ``env.config``), and the generator's turn limit is not below an env's own. Each failure
+is a ``ConfigError`` naming the key and the fix; ``aloft train`` prints it as one line and exits 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from aloft import algorithms, gym
+from aloft.config import AloftConfig, ConfigError
+from aloft.data import DatasetRow
+from aloft.inference.base import registered_engines
+from aloft.models import resolve_model_path
+from aloft.models.loading import ModelUnavailableError
+from aloft.trainer.plans import make_plan, registered_plans
+
+T = TypeVar("T")
+
+
+def import_plugins(cfg: AloftConfig) -> None:
+    """Import ``trainer.imports`` (user modules that register envs, estimators, losses, plans)."""
+    for module in cfg.trainer.imports:
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise ConfigError(
+                f"trainer.imports: cannot import {module!r} ({error}); check the module name and that "
+                "it is on PYTHONPATH (run from the directory that holds it)"
+            ) from None
+
+
+def check_names(cfg: AloftConfig) -> None:
+    """Registry names in the config exist (config itself cannot import the registries)."""
+    algo = cfg.algorithm
+    if algo.advantage not in algorithms.advantage_estimators:
+        raise ConfigError(
+            f"algorithm.advantage={algo.advantage} is not a registered estimator; known: "
+            f"{sorted(algorithms.advantage_estimators)}"
+        )
+    if algo.policy_loss not in algorithms.policy_losses:
+        raise ConfigError(
+            f"algorithm.policy_loss={algo.policy_loss} is not a registered loss; known: {sorted(algorithms.policy_losses)}"
+        )
+    if cfg.trainer.plan not in registered_plans():
+        raise ConfigError(
+            f"trainer.plan={cfg.trainer.plan} is not a registered plan; known: {registered_plans()}"
+        )
+    if make_plan(cfg.trainer.plan).off_policy and algo.off_policy_correction == "none":
+        raise ConfigError(
+            f"trainer.plan={cfg.trainer.plan} trains on samples from older policy versions, and "
+            f"algorithm.policy_loss={algo.policy_loss} needs them corrected: set "
+            "algorithm.off_policy_correction=tis_token (or tis_sequence, geo_mask)"
+        )
+    if cfg.env.name is not None and cfg.env.name not in gym.registered():
+        raise ConfigError(f"env.name={cfg.env.name} is not a registered env; known: {gym.registered()}")
+    if cfg.engine.backend not in registered_engines():
+        raise ConfigError(
+            f"engine.backend={cfg.engine.backend} is not a known inference engine; known: "
+            f"{registered_engines()} (register your own with aloft.inference.register_engine)"
+        )
+
+
+def resolve_model(cfg: AloftConfig) -> str:
+    """``model.path`` resolved to something loadable, or a one-line ``ConfigError``."""
+    try:
+        return resolve_model_path(cfg.model.path)
+    except ModelUnavailableError as error:
+        raise ConfigError(f"model.path={cfg.model.path}: {error}") from None
+
+
+def read_data(key: str, read: Callable[[], T]) -> T:
+    """``read()`` (rows from files or a builder), with a missing file or a bad row as one line."""
+    try:
+        return read()
+    except (FileNotFoundError, ValueError) as error:
+        if isinstance(error, ConfigError):
+            raise
+        raise ConfigError(f"{key}: {error}") from None
+
+
+def check_envs(cfg: AloftConfig, train_rows: list[DatasetRow], eval_rows: list[DatasetRow]) -> None:
+    """Every row's env is registered and builds on the first row of its class (in each split);
+    the generator's turn limit reaches each env's own (``max_turns``, by the gym's convention)."""
+    for split, rows in (("train", train_rows), ("eval", eval_rows)):
+        first: dict[str, DatasetRow] = {}
+        for row in rows:
+            env_class = row.env_class or cfg.env.name
+            if env_class is None:
+                raise ConfigError(
+                    f"{split} row {row.index} has no env_class: add the column, or set env.name=ENV_ID "
+                    f"for every row; known envs: {gym.registered()}"
+                )
+            if env_class not in gym.registered():
+                raise ConfigError(
+                    f"{split} row {row.index}: env_class={env_class!r} is not a registered env; known: "
+                    f"{gym.registered()} (register your own and list its module in trainer.imports)"
+                )
+            first.setdefault(env_class, row)
+        for env_class, row in first.items():
+            _check_env(cfg, split, env_class, row)
+
+
+def _check_env(cfg: AloftConfig, split: str, env_class: str, row: DatasetRow) -> None:
+    try:
+        env = gym.make(env_class, cfg.env.config, row.extras)
+    except Exception as error:
+        raise ConfigError(
+            f"env {env_class} cannot be built for {split} row {row.index}: {_one_line(error)}; "
+            "check env.config and the row's columns"
+        ) from None
+    try:
+        limit: Any = getattr(env, "max_turns", None)
+    finally:
+        env.close()
+    turns = cfg.generator.max_turns
+    if isinstance(limit, int) and not isinstance(limit, bool) and turns < limit:
+        raise ConfigError(
+            f"generator.max_turns={turns} is below the {env_class} env's max_turns={limit} ({split} row "
+            f"{row.index}): episodes would be cut before the env's last turn; set generator.max_turns="
+            f"{limit} (or lower the env's max_turns)"
+        )
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -29,10 +29,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"aloft {__version__}")
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("train", help="train (or resume) a run: aloft train PRESET_OR_YAML [key=value ...]")
-    ev = sub.add_parser("eval", help="mean reward and pass@k of a model, run or checkpoint on a dataset")
+    ev = sub.add_parser(
+        "eval",
+        help="mean reward and pass@k of a model, run or checkpoint (LoRA too, unexported) on a dataset",
+    )
     ev.add_argument(
         "model",
-        help="model dir, built-in name, run dir (uses export/ or the latest checkpoint) or checkpoint dir",
+        help="model dir, built-in name, run dir (its export/ or latest checkpoint) or checkpoint dir; "
+        "a run or checkpoint brings its run's env config, stop strings, limits, engine and eval rows",
     )
     ev.add_argument("--data", nargs="*", default=[], help="eval files (.jsonl/.parquet)")
     ev.add_argument(
@@ -44,15 +48,30 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--split", default="eval", help="builder split (sql: eval or heldout)")
     _add_builder_options(ev, example="max_turns=1")
     ev.add_argument(
-        "--stop", action="append", default=[], help="a stop string, repeatable (e.g. --stop '</sql>')"
+        "--stop", action="append", default=None, help="a stop string, repeatable (e.g. --stop '</sql>')"
     )
     ev.add_argument("--seed", type=int, default=1_000_003, help="builder and sampling seed")
     ev.add_argument("--env", default=None, help="env id for every row (default: each row's env_class)")
-    ev.add_argument("--n", type=int, default=1, help="samples per prompt (pass@k for k up to n)")
+    ev.add_argument("--env-config", default=None, help="the env's config as YAML, e.g. '{max_turns: 3}'")
+    ev.add_argument("--n", type=int, default=1, help="samples per prompt (pass@k for every k up to n)")
     ev.add_argument("--temperature", type=float, default=0.0)
-    ev.add_argument("--max-new-tokens", type=int, default=64)
-    ev.add_argument("--dtype", choices=["float32", "bfloat16"], default="bfloat16")
-    ev.add_argument("--max-turns", type=int, default=1, help="turn limit for multi-turn envs")
+    ev.add_argument("--max-new-tokens", type=int, default=None, help="per turn (default: the run's, or 64)")
+    ev.add_argument("--max-turns", type=int, default=None, help="turn limit (default: the run's, or 1)")
+    ev.add_argument(
+        "--max-total-tokens", type=int, default=None, help="whole completion (default: the run's)"
+    )
+    ev.add_argument(
+        "--backend", default=None, help="inference engine: hf, vllm, remote, ... (default: the run's, or hf)"
+    )
+    ev.add_argument(
+        "--url", action="append", default=None, help="server URL for --backend remote, repeatable"
+    )
+    ev.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default=None)
+    ev.add_argument(
+        "--rollouts",
+        default=None,
+        help="write the eval trajectories here (default for a run: RUN/eval/<which>.jsonl)",
+    )
     data = sub.add_parser("data", help="build ready-to-train datasets: aloft data build NAME --out FILE")
     data_sub = data.add_subparsers(dest="data_command")
     data_sub.add_parser("list", help="the built-in dataset builders")
@@ -187,53 +206,63 @@ def _train_help(fields: list[tuple[str, str, str, str]], preset_names: list[str]
 
 
 def _eval(args: argparse.Namespace) -> int:
-    import asyncio
+    import yaml
 
     from aloft.data import build_dataset, read_rows, validate_row
-    from aloft.inference import make_engine
-    from aloft.models import load_tokenizer
-    from aloft.rollout import EpisodeLimits, Generator
-    from aloft.trainer import evaluate
-    from aloft.types import SamplingParams
+    from aloft.trainer.eval_command import (
+        EvalSettings,
+        default_rollouts_path,
+        resolve_eval_source,
+        run_eval,
+        write_eval_rollouts,
+    )
 
-    model_path, weights = _resolve_eval_model(Path(args.model), args.model)
-    if args.data:
-        rows = [r for path in args.data for r in read_rows(path, default_env=args.env)][: args.size]
-    elif args.builder:
-        try:
-            options = _builder_options(args.options)
-            raw = build_dataset(args.builder, n=args.size, seed=args.seed, split=args.split, **options)
-        except ValueError as error:
-            print(f"aloft: {error}", file=sys.stderr)
-            return 2
-        rows = [
-            validate_row(r, i, f"builder {args.builder}", default_env=args.env) for i, r in enumerate(raw)
-        ]
-    else:
-        print("aloft: eval needs --data FILE or --builder NAME", file=sys.stderr)
+    try:
+        source = resolve_eval_source(args.model)
+        if args.data:
+            rows = [r for path in args.data for r in read_rows(path, default_env=args.env)]
+        elif args.builder:
+            raw = build_dataset(
+                args.builder, n=args.size, seed=args.seed, split=args.split, **_builder_options(args.options)
+            )
+            rows = [
+                validate_row(r, i, f"builder {args.builder}", default_env=args.env) for i, r in enumerate(raw)
+            ]
+        else:
+            rows = source.eval_rows(args.env)
+        if not rows:
+            raise ValueError("eval needs rows: --data FILE, --builder NAME, or a run that has eval rows")
+        env_config = yaml.safe_load(args.env_config) if args.env_config is not None else None
+        if env_config is not None and not isinstance(env_config, dict):
+            raise ValueError(
+                f"--env-config must be a mapping, e.g. '{{max_turns: 3}}', got {args.env_config!r}"
+            )
+    except (ValueError, FileNotFoundError, RuntimeError) as error:
+        print(f"aloft: {error}", file=sys.stderr)
         return 2
+    rows = rows[: args.size] if args.data and args.size > 0 else rows
     if args.env:
         for row in rows:
             row.env_class = args.env
-    tokenizer = load_tokenizer(model_path)
-    engine = make_engine("hf", model_or_path=model_path, tokenizer=tokenizer, dtype=args.dtype)
-
-    async def run() -> dict[str, float]:
-        if weights is not None:
-            from safetensors.torch import load_file
-
-            await engine.update_weights(list(load_file(weights).items()), version=1)
-        limits = EpisodeLimits(
-            max_turns=args.max_turns, max_total_tokens=args.max_new_tokens * args.max_turns * 4
-        )
-        generator = Generator(engine, tokenizer, limits=limits)
-        sampling = SamplingParams(
-            max_tokens=args.max_new_tokens, temperature=args.temperature, stop=list(args.stop)
-        )
-        metrics, _ = await evaluate(generator, rows, n=args.n, sampling=sampling, seed=args.seed)
-        return metrics
-
-    print(json.dumps({k: round(v, 4) for k, v in asyncio.run(run()).items()}, indent=1))
+    settings = EvalSettings(
+        n=args.n,
+        temperature=args.temperature,
+        seed=args.seed,
+        max_new_tokens=args.max_new_tokens,
+        max_turns=args.max_turns,
+        max_total_tokens=args.max_total_tokens,
+        stop=args.stop,
+        env_config=env_config,
+        backend=args.backend,
+        urls=args.url,
+        dtype=args.dtype,
+    )
+    metrics, groups, tokenizer = run_eval(source, rows, settings)
+    rollouts = Path(args.rollouts) if args.rollouts else default_rollouts_path(source)
+    if rollouts is not None:
+        write_eval_rollouts(rollouts, groups, tokenizer)
+        print(f"aloft: eval trajectories in {rollouts}", file=sys.stderr)
+    print(json.dumps({k: round(v, 4) for k, v in metrics.items()}, indent=1))
     return 0
 
 
@@ -337,37 +366,6 @@ def _data(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         write_rows(out, rows)
         print(f"wrote {len(rows)} rows to {out}")
     return 0
-
-
-def _resolve_eval_model(path: Path, name: str) -> tuple[str, Path | None]:
-    """(base model path, checkpoint weights or None) for a model dir, run dir or checkpoint dir."""
-    from aloft.models import resolve_model_path
-
-    if (path / "export" / "config.json").exists():
-        return str(path / "export"), None
-    if (path / "policy.safetensors").exists():  # a checkpoint dir: runs/<name>/checkpoints/step_<n>
-        return _base_model_of_run(path.parent.parent), path / "policy.safetensors"
-    if (path / "checkpoints").is_dir():
-        steps = sorted(
-            (
-                p
-                for p in (path / "checkpoints").iterdir()
-                if p.name.startswith("step_") and ".tmp" not in p.name
-            ),
-            key=lambda p: int(p.name.split("_")[1]),
-        )
-        if steps:
-            return _base_model_of_run(path), steps[-1] / "policy.safetensors"
-    return resolve_model_path(name), None
-
-
-def _base_model_of_run(run_dir: Path) -> str:
-    import yaml
-
-    from aloft.models import resolve_model_path
-
-    config = yaml.safe_load((run_dir / "config.yaml").read_text())
-    return resolve_model_path(config["model"]["path"])
 
 
 if __name__ == "__main__":

@@ -301,10 +301,12 @@ class Trainer:
         decode = self.c.tokenizer.decode
         with path.open("w") as f:
             for t in [*(t for g in groups for t in g.trajectories), *failed]:
-                f.write(json.dumps(_rollout_record(t, decode)) + "\n")
+                f.write(json.dumps(rollout_record(t, decode)) + "\n")
 
 
-def _rollout_record(t: Trajectory, decode: Any) -> dict[str, Any]:
+def rollout_record(t: Trajectory, decode: Any) -> dict[str, Any]:
+    """A trajectory as one line of a rollouts file: the decoded prompt and completion, then every
+    field of the trajectory (token ids, loss mask, logprobs, rewards, status, info with any error)."""
     return {"prompt": decode(t.prompt_ids), "completion": decode(t.completion_ids), **t.to_json()}
 
 

@@ -30,6 +30,7 @@ from aloft.algorithms import (
 from aloft.models import load_model
 from aloft.training.batch import TrainBatch
 from aloft.training.forward import token_logits
+from aloft.training.lora import with_lora
 from aloft.training.packing import MicroBatching
 from aloft.training.strategies import SingleProcess, Strategy
 
@@ -170,12 +171,8 @@ class PolicyWorker(_Trainable):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.lora = bool(lora and lora.get("r", 0) > 0)
         if self.lora:
-            from peft import LoraConfig, get_peft_model
-
-            model = get_peft_model(
-                model,
-                LoraConfig(r=lora["r"], lora_alpha=lora["alpha"], target_modules=lora["target_modules"]),
-            )
+            assert lora is not None
+            model = with_lora(model, lora)
         self.model = self.strategy.wrap(model)
         self._init_optim()
 

@@ -298,6 +298,7 @@ def build_learner(cfg: AloftConfig) -> Learner:
             temperature=gen.temperature,
             micro_batching=policy.settings.micro_batching,
             bf16_autocast=autocast,
+            lora_policy=policy.model if policy.lora else None,  # the base under the adapters: no copy
         )
     critic = None
     if cfg.critic.enabled:

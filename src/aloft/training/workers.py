@@ -316,22 +316,37 @@ class PolicyWorker(_Trainable):
 
 
 class ReferenceWorker:
-    """A frozen copy of the initial policy for KL terms."""
+    """The initial policy, frozen, for KL terms: a copy of it, or, for a LoRA policy, the policy's
+    own base model with its adapters disabled (the same weights, without a second copy in memory)."""
 
     def __init__(
-        self, model_path: str, *, temperature: float, micro_batching: MicroBatching, bf16_autocast: bool
+        self,
+        model_path: str,
+        *,
+        temperature: float,
+        micro_batching: MicroBatching,
+        bf16_autocast: bool,
+        lora_policy: nn.Module | None = None,
     ) -> None:
-        self.model = load_model(model_path, dtype=torch.float32).eval().requires_grad_(False)
+        """``lora_policy``: a LoRA policy's (peft) model, whose frozen base is the reference."""
+        self.lora_policy = lora_policy
+        if lora_policy is not None:
+            self.model = lora_policy
+        else:
+            self.model = load_model(model_path, dtype=torch.float32).eval().requires_grad_(False)
         self.temperature = temperature if temperature > 0 else 1.0
         self.micro_batching = micro_batching
         self.bf16_autocast = bf16_autocast
+
+    def _base_only(self) -> contextlib.AbstractContextManager[Any]:
+        return self.model.disable_adapter() if self.lora_policy is not None else contextlib.nullcontext()
 
     @torch.no_grad()
     def compute_logprobs(self, batch: TrainBatch) -> torch.Tensor:
         out = []
         for rows in self.micro_batching.split(batch):
             micro = batch.select(rows)
-            with _autocast(self.bf16_autocast):
+            with _autocast(self.bf16_autocast), self._base_only():
                 logits, targets, to_rows = token_logits(self.model, micro, True, self.micro_batching.packing)
             out.append(to_rows(logprobs_from_logits(logits, targets, temperature=self.temperature)))
         return _pad_cat(out, batch.completion_width)

@@ -1,0 +1,39 @@
+"""LoRA runs: the reference is the policy's own base (no second copy), and checkpoints merge exactly."""
+
+from __future__ import annotations
+
+import torch
+from tests.trainer.test_trainer import BASE
+
+from aloft.config import load_config
+from aloft.trainer import Trainer
+from aloft.training import ReferenceWorker, collate
+
+LORA = [
+    "model.lora_rank=4",
+    "model.lora_alpha=8",
+    "algorithm.kl_coef=0.1",
+    "optim.lr=5e-2",
+    "env=test_digits",
+]
+
+
+def test_the_reference_of_a_lora_run_is_its_base_with_adapters_disabled(tiny_overrides):
+    trainer = Trainer(load_config(None, [*BASE, *tiny_overrides, *LORA, "trainer.max_steps=2"]))
+    trainer.fit()
+    learner = trainer.c.learner
+    assert learner.reference.model is learner.policy.model  # one model in memory, not two
+    groups = trainer.c.run(trainer.generate_groups(trainer.c.loader.next_batch(), seed=3, prefix="g"))
+    trajectories = [t for g in groups for t in g.trajectories]
+    batch = collate(trajectories, trainer.c.pad_token_id, {g.group_id: i for i, g in enumerate(groups)})
+    separate = ReferenceWorker(
+        trainer.cfg.model.path,
+        temperature=trainer.cfg.generator.temperature,
+        micro_batching=learner.policy.settings.micro_batching,
+        bf16_autocast=False,
+    )
+    mask = batch.loss_mask.bool()
+    reference = learner.reference.compute_logprobs(batch)
+    assert torch.allclose(reference[mask], separate.compute_logprobs(batch)[mask], atol=1e-5)
+    policy = learner.policy.compute_logprobs(batch)  # the adapters are back on after the reference pass
+    assert (policy[mask] - reference[mask]).abs().max() > 1e-3

@@ -254,8 +254,19 @@ class TrainerConfig(Section):
     deterministic: bool = False
     """torch.use_deterministic_algorithms, single-threaded ops and lockstep rollouts (each turn's
     requests reach the engine as one batch in a fixed order): bit-exact reruns and resume, slower."""
-    loggers: list[Literal["jsonl", "tensorboard", "wandb"]] = ["jsonl", "tensorboard"]
-    """Metric sinks (console progress is always on)."""
+    loggers: list[Literal["jsonl", "tensorboard", "wandb", "mlflow"]] = ["jsonl", "tensorboard"]
+    """Metric sinks (console progress is always on); wandb needs the extra aloft[wandb], mlflow
+    aloft[mlflow]. A resumed run continues the same W&B and MLflow run (their ids are kept in
+    <run>/tracking.json)."""
+    tracking_project: str = "aloft"
+    """The W&B project and the MLflow experiment the run logs to."""
+    wandb_entity: str | None = None
+    """W&B entity (team or user; default: the logged-in user's)."""
+    wandb_mode: Literal["online", "offline"] = "online"
+    """W&B mode: offline writes the run under <run>/wandb for a later `wandb sync`."""
+    mlflow_tracking_uri: str | None = None
+    """MLflow tracking server or database (default: sqlite:///<run_root>/mlflow.db, shared by the
+    runs under run_root)."""
     progress_bar: bool = True
     """Show a tqdm progress bar."""
     strategy: Literal["single", "fsdp2", "deepspeed", "ulysses"] = "single"

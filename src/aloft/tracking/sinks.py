@@ -53,23 +53,6 @@ class TensorBoardSink:
         self.writer.close()
 
 
-class WandbSink:
-    def __init__(self, run_dir: str | Path, name: str, config: dict[str, Any]) -> None:
-        try:
-            import wandb
-        except ImportError:
-            raise ImportError(
-                "trainer.loggers includes wandb but it is not installed: pip install wandb"
-            ) from None
-        self._run = wandb.init(project="aloft", name=name, dir=str(run_dir), config=config, resume="allow")
-
-    def log(self, metrics: dict[str, Any], step: int) -> None:
-        self._run.log(metrics, step=step)
-
-    def close(self) -> None:
-        self._run.finish()
-
-
 class MetricsLogger:
     """Fans metrics out to every configured sink."""
 

@@ -21,7 +21,7 @@ from aloft.inference import make_engine
 from aloft.inference.base import InferenceEngine
 from aloft.models import load_tokenizer
 from aloft.rollout import EpisodeLimits, Generator
-from aloft.tracking import JsonlSink, MetricsLogger, TensorBoardSink, WandbSink
+from aloft.tracking import JsonlSink, MetricsLogger, MlflowSink, RunIds, TensorBoardSink, WandbSink
 from aloft.trainer.learner import Learner, Learners, LocalLearners, build_learner
 from aloft.trainer.preflight import check_envs, check_names, import_plugins, read_data, resolve_model
 from aloft.training import CriticWorker, PolicyWorker, ReferenceWorker
@@ -91,8 +91,9 @@ class Components:
         self.loop.close()
 
     def open_loggers(self, resume_step: int | None) -> None:
+        tr = self.cfg.trainer
         sinks: list[Any] = []
-        names = self.cfg.trainer.loggers
+        names = tr.loggers
         if "jsonl" in names:
             sinks.append(JsonlSink(self.run_dir / "metrics.jsonl", resume_step=resume_step))
         if "tensorboard" in names:
@@ -101,8 +102,24 @@ class Components:
                     self.run_dir / "tensorboard", purge_step=(resume_step or 0) + 1 if resume_step else None
                 )
             )
+        # A resumed run logs on to the same W&B / MLflow run; a fresh one starts new ones.
+        ids = RunIds(self.run_dir / "tracking.json", fresh=resume_step is None)
+        config = self.cfg.model_dump(mode="json")
         if "wandb" in names:
-            sinks.append(WandbSink(self.run_dir, self.cfg.trainer.name, self.cfg.model_dump(mode="json")))
+            sinks.append(
+                WandbSink(
+                    self.run_dir,
+                    tr.name,
+                    config,
+                    project=tr.tracking_project,
+                    entity=tr.wandb_entity,
+                    mode=tr.wandb_mode,
+                    ids=ids,
+                )
+            )
+        if "mlflow" in names:
+            uri = tr.mlflow_tracking_uri or f"sqlite:///{Path(tr.run_root).resolve() / 'mlflow.db'}"
+            sinks.append(MlflowSink(uri, tr.tracking_project, tr.name, config, ids=ids))
         self.logger = MetricsLogger(sinks)
 
     def export_policy(self) -> Path | None:
@@ -275,6 +292,10 @@ _RESUMABLE_CHANGES = {
     "trainer.keep_checkpoints",
     "trainer.progress_bar",
     "trainer.loggers",
+    "trainer.tracking_project",
+    "trainer.wandb_entity",
+    "trainer.wandb_mode",
+    "trainer.mlflow_tracking_uri",
     "trainer.save_rollouts",
     "trainer.export_final",
 }

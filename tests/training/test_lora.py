@@ -37,3 +37,23 @@ def test_the_reference_of_a_lora_run_is_its_base_with_adapters_disabled(tiny_ove
     assert torch.allclose(reference[mask], separate.compute_logprobs(batch)[mask], atol=1e-5)
     policy = learner.policy.compute_logprobs(batch)  # the adapters are back on after the reference pass
     assert (policy[mask] - reference[mask]).abs().max() > 1e-3
+
+
+def test_a_lora_export_is_a_merged_model_and_an_adapter_that_load_to_the_same_policy(tiny_overrides):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    trainer = Trainer(
+        load_config(None, [*BASE, *tiny_overrides, *LORA, "trainer.max_steps=1", "trainer.export_final=true"])
+    )
+    trainer.fit()
+    export = trainer.c.run_dir / "export"
+    assert trainer.c.policy.lora  # the export merged a copy; the policy still trains its adapters
+    merged = AutoModelForCausalLM.from_pretrained(export)
+    base = AutoModelForCausalLM.from_pretrained(trainer.cfg.model.path)
+    adapted = PeftModel.from_pretrained(base, export / "adapter").merge_and_unload()
+    for name, tensor in merged.state_dict().items():
+        assert torch.allclose(tensor, adapted.state_dict()[name], atol=1e-6), name
+    adapter_bytes = sum(f.stat().st_size for f in (export / "adapter").iterdir())
+    merged_bytes = (export / "model.safetensors").stat().st_size
+    assert adapter_bytes < merged_bytes / 5

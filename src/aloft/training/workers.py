@@ -9,7 +9,9 @@ so gradients add up to exactly the full mini-batch's gradient whatever the micro
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
+import os
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -305,14 +307,17 @@ class PolicyWorker(_Trainable):
             self.model.unmerge_adapter()
 
     def save_pretrained(self, path: str, state_dict: dict[str, torch.Tensor] | None = None) -> None:
-        """HF-format export (LoRA merged into a plain model); ``state_dict``: the full weights to
-        write (from ``full_state_dict()``, needed when the model is sharded)."""
-        model = self.model
-        if self.lora:
-            model = self.model.merge_and_unload(safe_merge=True)  # type: ignore[operator]
-            self.model = model
-            self.lora = False
-        model.save_pretrained(path, safe_serialization=True, state_dict=state_dict)
+        """HF-format export; ``state_dict``: the full weights to write (from ``full_state_dict()``,
+        needed when the model is sharded). A LoRA policy is written twice: merged into a plain
+        model at ``path`` (what engines and ``from_pretrained`` load), and its adapter alone at
+        ``path/adapter`` (peft's format, a few MB: ``PeftModel.from_pretrained(base, path/adapter)``).
+        The policy itself stays a LoRA model: the merge happens on a copy."""
+        if not self.lora:
+            self.model.save_pretrained(path, safe_serialization=True, state_dict=state_dict)
+            return
+        self.model.save_pretrained(os.path.join(path, "adapter"), safe_serialization=True)
+        merged = copy.deepcopy(self.model).merge_and_unload(safe_merge=True)  # type: ignore[operator]
+        merged.save_pretrained(path, safe_serialization=True)
 
 
 class ReferenceWorker:

@@ -203,14 +203,19 @@ def test_trainer_logprobs_match_sampler_logprobs(tiny_overrides):
     assert final["logprob/sampler_abs_diff"] <= 1e-4
 
 
-def test_checkpoint_resume_continues(tiny_overrides):
-    """Stopping after step 2 and rerunning with max_steps=4 equals an uninterrupted 4-step run."""
+@pytest.mark.parametrize(
+    "lora", [[], ["model.lora_rank=4", "algorithm.kl_coef=0.05"]], ids=["full", "lora-kl"]
+)
+def test_checkpoint_resume_continues(tiny_overrides, lora):
+    """Stopping after step 2 and rerunning with max_steps=4 equals an uninterrupted 4-step run
+    (a LoRA run too, whose KL reference is its own base)."""
     common = [
         *tiny_overrides,
         "trainer.checkpoint_every=2",
         "trainer.deterministic=true",
         "env=test_digits",
         "optim.lr=1e-3",
+        *lora,
     ]
     _, full, full_rows = run([*common, "trainer.name=full", "trainer.max_steps=4"])
     run([*common, "trainer.name=split", "trainer.max_steps=2"])

@@ -3,7 +3,7 @@
 aloft train quickstart trainer.max_steps=20 algorithm.advantage=rloo
 aloft train --help                      # every config field with its doc
 aloft eval runs/quickstart --builder arithmetic --size 64 --n 4
-aloft data build sql --n 30 --split eval --out sql_eval.jsonl -o db=chinook
+aloft data build sql --n 20 --split eval --out sql_eval.jsonl -o db=chinook
 aloft data list
 aloft serve MODEL --port 8000 --api-key KEY   # OpenAI-compatible server (needs aloft[serve])
 """
@@ -25,6 +25,28 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "train":
         return _train(argv[1:])
+    parser, data = build_parser()
+    overrides: list[str] = []
+    if argv and argv[0] == "experiment":  # section.key=value words anywhere go to every run
+        overrides = [word for word in argv[1:] if "=" in word and not word.startswith("-")]
+        argv = [word for word in argv if word not in overrides]
+    args = parser.parse_args(argv)
+    args.overrides = overrides
+    if args.command == "serve":
+        return _serve(args)
+    if args.command == "eval":
+        return _eval(args)
+    if args.command == "experiment":
+        return _experiment(args)
+    if args.command == "data":
+        return _data(args, data)
+    parser.print_help()
+    return 1
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """The ``aloft`` parser (every command but ``train``, which takes config overrides) and its
+    ``data`` sub-parser."""
     parser = argparse.ArgumentParser(prog="aloft", description="Reinforcement learning for language models.")
     parser.add_argument("--version", action="version", version=f"aloft {__version__}")
     sub = parser.add_subparsers(dest="command")
@@ -129,22 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     srv.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY (all but /health)")
     srv.add_argument("--backend", default="hf", help="inference engine to serve (default: hf)")
     srv.add_argument("--served-model-name", default=None, help="model id in /v1/models (default: MODEL)")
-    overrides: list[str] = []
-    if argv and argv[0] == "experiment":  # section.key=value words anywhere go to every run
-        overrides = [word for word in argv[1:] if "=" in word and not word.startswith("-")]
-        argv = [word for word in argv if word not in overrides]
-    args = parser.parse_args(argv)
-    args.overrides = overrides
-    if args.command == "serve":
-        return _serve(args)
-    if args.command == "eval":
-        return _eval(args)
-    if args.command == "experiment":
-        return _experiment(args)
-    if args.command == "data":
-        return _data(args, data)
-    parser.print_help()
-    return 1
+    return parser, data
 
 
 def _train(argv: list[str]) -> int:

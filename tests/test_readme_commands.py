@@ -1,0 +1,76 @@
+"""Every `aloft` command the README shows is valid as written: each `aloft train` resolves to a
+valid config whose registry names exist, every other command parses, and the quick ones run."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from aloft.cli import build_parser, main
+from aloft.config import load_config
+from aloft.trainer.preflight import check_names
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def readme_commands() -> list[str]:
+    """The `aloft ...` lines of the README's bash blocks (continuations joined, comments dropped)."""
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            for start in [i for i, word in enumerate(words) if word == "aloft"]:
+                # `... && aloft train quickstart`: the command runs to the next && (or the line's end)
+                rest = words[start + 1 :]
+                end = rest.index("&&") if "&&" in rest else len(rest)
+                commands.append(shlex.join(["aloft", *rest[:end]]))
+    return commands
+
+
+COMMANDS = readme_commands()
+
+
+def test_the_readme_shows_the_commands_users_copy():
+    assert "aloft train quickstart" in COMMANDS
+    assert any(c.startswith("aloft eval ") for c in COMMANDS)
+    assert any(c.startswith("aloft experiment skyrl-sql") for c in COMMANDS)
+    assert len(COMMANDS) >= 20
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_readme_command_is_valid_as_written(command):
+    words = shlex.split(command)[1:]
+    if words[0] == "train":
+        target, overrides = words[1], words[2:]
+        if target in ("--help", "my_config.yaml"):  # help runs below; a user's own file is theirs
+            return
+        config = load_config(target, overrides)
+        check_names(config)  # the registry names (estimator, loss, plan, env, engine) exist
+        return
+    try:
+        build_parser()[0].parse_args(words)
+    except SystemExit as stop:  # argparse exits 2 on an unknown flag or a missing argument
+        assert stop.code == 0, command  # --version, --help: exit 0
+
+
+@pytest.mark.parametrize(
+    "words",
+    [["--version"], ["train", "--help"], ["data", "list"]],
+)
+def test_the_quick_readme_commands_run(words, capsys):
+    try:
+        code = main(words)
+    except SystemExit as stop:  # --version exits through argparse
+        code = stop.code
+    assert code == 0
+    assert capsys.readouterr().out.strip()
+
+
+def test_the_readme_data_build_command_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    command = next(c for c in COMMANDS if c.startswith("aloft data build sql --n "))
+    assert main(shlex.split(command)[1:]) == 0
+    assert len((tmp_path / "sql_eval.jsonl").read_text().splitlines()) == int(shlex.split(command)[5])

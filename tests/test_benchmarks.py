@@ -197,3 +197,13 @@ def test_multiturn_runs_real_sql_episodes_and_reuse_cuts_prefill(tmp_path, capsy
     assert cached["prefilled_tokens"] < reprefilled["prefilled_tokens"] / 2
     assert figures["prefill_ratio"] > 2
     assert "ratio (re-prefilled / cache)" in capsys.readouterr().out
+
+
+def test_lora_sync_runs(tmp_path, capsys):
+    bench = load_benchmark("lora_sync")
+    out = tmp_path / "lora.json"
+    bench.main(["--model", "tiny", "--repeats", "1", "--rank", "4", "--json", str(out)])
+    figures = json.loads(out.read_text())
+    assert figures["benchmark"] == "lora_sync" and figures["logprob_max_gap"] == 0.0
+    assert 0 < figures["bytes_ratio"] < 0.1 and figures["adapter"]["bytes"] > 0
+    assert "adapter / merged" in capsys.readouterr().out

@@ -194,3 +194,21 @@ class TrajectoryGroup:
         baselines)."""
         r = self.rewards
         return len(r) > 1 and max(r) - min(r) > 1e-9
+
+
+@dataclass(frozen=True)
+class LoraAdapters:
+    """A LoRA policy's adapters, for an adapter-only weight sync (an engine's ``update_lora``).
+
+    Each module's weight becomes ``W0 + scale * B @ A``, where W0 is the module's weight when the
+    engine received its first adapters (the base model's): only the adapters travel, a small
+    fraction of the model's bytes, and the engine holds the same merged weights a full sync gives.
+    """
+
+    scale: float
+    modules: dict[str, tuple[Any, Any]]
+    """HF module name (``model.layers.0.self_attn.q_proj``) -> (A ``[r, in]``, B ``[out, r]``)."""
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes + b.nbytes for a, b in self.modules.values())

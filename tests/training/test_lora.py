@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from tests.trainer.test_trainer import BASE
 
@@ -57,3 +58,22 @@ def test_a_lora_export_is_a_merged_model_and_an_adapter_that_load_to_the_same_po
     adapter_bytes = sum(f.stat().st_size for f in (export / "adapter").iterdir())
     merged_bytes = (export / "model.safetensors").stat().st_size
     assert adapter_bytes < merged_bytes / 5
+
+
+def test_an_adapter_only_sync_gives_the_engine_the_merged_weights_for_a_fraction_of_the_bytes(tiny_overrides):
+    """Each step's sync sends the adapters alone; the engine merges them over its base weights and
+    then samples with the trainer's logprobs, exactly as after a full merged sync."""
+    common = [*BASE, *tiny_overrides, *LORA, "trainer.max_steps=2", "placement.verify_sync=true"]
+    adapter = Trainer(load_config(None, [*common, "trainer.name=adapter"]))
+    by_adapter = adapter.fit()
+    merged = Trainer(load_config(None, [*common, "trainer.name=merged", "placement.lora_sync=merged"]))
+    by_merged = merged.fit()
+    assert by_adapter["sync/logprob_max_gap"] <= 1e-4 and by_merged["sync/logprob_max_gap"] <= 1e-4
+    assert by_adapter["sync/bytes"] < 0.25 * by_merged["sync/bytes"]
+    engine_a = dict(adapter.c.engine.model.named_parameters())
+    for name, tensor in merged.c.engine.model.named_parameters():
+        assert torch.allclose(engine_a[name], tensor, atol=1e-6), name
+    # After a full sync the engine no longer holds the base the adapters apply to: refused, not added twice.
+    engine, adapters = merged.c.engine, merged.c.policy.lora_adapters()
+    with pytest.raises(RuntimeError, match="update_lora after a full update_weights"):
+        merged.c.run(engine.update_lora(adapters, version=3))

@@ -316,6 +316,10 @@ class PlacementConfig(Section):
     """backend=ray, disaggregated: GPUs per engine bundle."""
     offload: bool = True
     """backend=ray, colocated: the learner's models and optimizer state move to CPU while engines generate."""
+    lora_sync: Literal["adapter", "merged"] = "adapter"
+    """How a LoRA policy reaches the engines: "adapter" sends the adapters alone (~1% of the bytes)
+    where the engine merges them itself (the embedded hf engine; other engines and Ray placement get
+    merged weights); "merged" always sends the full merged weights."""
     verify_sync: bool = False
     """After each weight sync, sample a probe completion from the engine and log the largest gap
     between its sampler logprobs and the trainer's (sync/logprob_max_gap; ~0 when the sync is exact

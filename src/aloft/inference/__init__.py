@@ -11,6 +11,16 @@ from aloft.inference.base import (
     make_engine,
     register_engine,
     registered_engines,
+    supports_lora_sync,
 )
+from aloft.types import LoraAdapters
 
-__all__ = ["InferenceEngine", "WeightsSource", "make_engine", "register_engine", "registered_engines"]
+__all__ = [
+    "InferenceEngine",
+    "LoraAdapters",
+    "WeightsSource",
+    "make_engine",
+    "register_engine",
+    "registered_engines",
+    "supports_lora_sync",
+]

@@ -19,6 +19,11 @@ WeightsSource = Iterable[tuple[str, Any]] | Mapping[str, Any] | str
 model's ``state_dict`` names, or the path of a directory (or single file) of HF safetensors weights."""
 
 
+def supports_lora_sync(engine: Any) -> bool:
+    """Whether ``engine`` takes adapter-only weight syncs (``update_lora(adapters, version)``)."""
+    return callable(getattr(engine, "update_lora", None))
+
+
 @runtime_checkable
 class InferenceEngine(Protocol):
     """Token-in / token-out generation with weight sync, for rollouts.

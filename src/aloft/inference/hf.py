@@ -38,7 +38,7 @@ from aloft.inference.stopping import DecodeLimits, end_of_completion_ids
 from aloft.models.compute_thread import compute_executor, on_compute_thread
 from aloft.models.loading import load_model, load_tokenizer
 from aloft.models.precision import fast_dtype
-from aloft.types import Completion, GenerationRequest
+from aloft.types import Completion, GenerationRequest, LoraAdapters
 
 _DTYPES = {
     "float32": torch.float32,
@@ -138,6 +138,10 @@ class HFEngine:
         )
         self._vocab_size = int(model.get_input_embeddings().num_embeddings)
         self._version = 0
+        self._lora_base: dict[str, torch.Tensor] = {}
+        """Module weights before the first adapter-only sync (``update_lora`` adds B @ A to them)."""
+        self._lora_base_known = True
+        """The engine holds the weights it was built with (False after a full ``update_weights``)."""
         # Batches and weight updates run on the process's one torch compute thread (see
         # aloft.models.compute_thread), shared with the trainer's update so a single OpenMP team does
         # all the math.
@@ -181,6 +185,41 @@ class HFEngine:
         elif not isinstance(weights, str | os.PathLike):
             weights = list(weights)  # gather in the caller's thread (a trainer may yield lazily)
         await self._batcher.run_exclusive(self._load_weights, weights, version)
+
+    async def update_lora(self, adapters: LoraAdapters, version: int) -> None:
+        """Adapter-only weight sync: each listed module's weight becomes ``W0 + scale * B @ A``
+        (computed in float32, then cast to the engine's dtype), W0 being the weight the engine was
+        built with. Refused after a full ``update_weights`` (W0 is gone then). Runs between batches,
+        like ``update_weights``."""
+        if self._closed:
+            raise RuntimeError("HFEngine is closed; build a new engine")
+        await self._batcher.run_exclusive(self._load_lora, adapters, version)
+
+    def _load_lora(self, adapters: LoraAdapters, version: int) -> None:
+        if not self._lora_base_known:
+            raise RuntimeError(
+                "update_lora after a full update_weights: the engine's weights are no longer the base "
+                "model the adapters apply to; keep one kind of sync per engine (placement.lora_sync)"
+            )
+        modules = dict(self.model.named_modules())
+        unknown = [
+            name
+            for name in adapters.modules
+            if not isinstance(getattr(modules.get(name), "weight", None), torch.Tensor)
+        ]
+        if unknown:
+            raise ValueError(f"update_lora: modules without a weight in this model: {unknown[:5]}")
+        with torch.no_grad():
+            for name, (a, b) in adapters.modules.items():
+                weight = modules[name].weight
+                base = self._lora_base.setdefault(name, weight.detach().clone())
+                delta = adapters.scale * (
+                    b.to(weight.device, torch.float32) @ a.to(weight.device, torch.float32)
+                )
+                weight.copy_(base.float() + delta)
+        repack_linears(self.model)
+        self.prefix_cache.clear()
+        self._version = version
 
     async def pause(self) -> None:
         """Start no new batch until ``resume()``; returns once the batch in flight (if any) is done.
@@ -260,6 +299,10 @@ class HFEngine:
             with torch.no_grad():
                 for name, tensor in weights:
                     targets[name].copy_(tensor.detach())  # copy_ casts to the engine's dtype and device
+        # The engine no longer holds its base weights (a LoRA policy's full sync is base + B @ A):
+        # an adapter-only sync now would add the adapters twice, so it is refused (update_lora).
+        self._lora_base.clear()
+        self._lora_base_known = False
         repack_linears(self.model)
         self.prefix_cache.clear()  # cached keys and values belong to the old weights
         self._version = version

@@ -28,7 +28,7 @@ from aloft.algorithms import (
     overlong_filter_mask,
 )
 from aloft.config import AloftConfig
-from aloft.inference.base import InferenceEngine
+from aloft.inference.base import InferenceEngine, supports_lora_sync
 from aloft.models import fast_dtype, load_tokenizer, resolve_model_path
 from aloft.models.compute_thread import on_compute_thread
 from aloft.rollout.generator import _mix
@@ -225,11 +225,18 @@ class LocalLearners:
         return on_compute_thread(self.learner.train_on, groups, step)
 
     async def sync_weights(self, version: int) -> dict[str, float]:
-        # Every rank gathers (a collective under FSDP2; LoRA merges are math), rank 0's engine loads.
+        # A LoRA policy sends its adapters alone to an engine that merges them itself (~1% of the
+        # bytes); otherwise every rank gathers the full weights (a collective under FSDP2; a LoRA
+        # merge is math) and rank 0's engine loads them.
+        policy, engine = self.learner.policy, self.engine
+        if policy.lora and self.learner.cfg.placement.lora_sync == "adapter" and supports_lora_sync(engine):
+            adapters = await asyncio.to_thread(on_compute_thread, policy.lora_adapters)
+            await engine.update_lora(adapters, version)  # type: ignore[union-attr]
+            return {"sync/bytes": float(adapters.nbytes)}
         weights = await asyncio.to_thread(on_compute_thread, self.learner.named_weights)
-        if self.engine is not None:
-            await self.engine.update_weights(weights, version)
-        return {}
+        if engine is not None:
+            await engine.update_weights(weights, version)
+        return {"sync/bytes": float(sum(tensor.nbytes for _, tensor in weights))}
 
     def max_logprob_gap(self, trajectories: list[Trajectory]) -> float:
         return on_compute_thread(self.learner.max_logprob_gap, trajectories)

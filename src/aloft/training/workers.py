@@ -35,6 +35,7 @@ from aloft.training.forward import token_logits
 from aloft.training.lora import with_lora
 from aloft.training.packing import MicroBatching
 from aloft.training.strategies import SingleProcess, Strategy
+from aloft.types import LoraAdapters
 
 
 @dataclass(kw_only=True)
@@ -305,6 +306,20 @@ class PolicyWorker(_Trainable):
                 yield name.replace("base_model.model.", "", 1).replace(".base_layer", ""), tensor.clone()
         finally:
             self.model.unmerge_adapter()
+
+    def lora_adapters(self) -> LoraAdapters:
+        """The LoRA adapters alone, under the HF module names, for an adapter-only weight sync."""
+        assert self.lora, "lora_adapters needs a LoRA policy (model.lora_rank > 0)"
+        modules: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        scales = set()
+        for name, module in self.model.named_modules():
+            if hasattr(module, "lora_A") and "default" in getattr(module, "lora_A", {}):
+                plain = name.replace("base_model.model.", "", 1)
+                a, b = module.lora_A["default"].weight, module.lora_B["default"].weight
+                modules[plain] = (a.detach().clone(), b.detach().clone())
+                scales.add(float(module.scaling["default"]))
+        assert len(scales) == 1, f"one LoRA scale expected, got {scales}"
+        return LoraAdapters(scale=scales.pop(), modules=modules)
 
     def save_pretrained(self, path: str, state_dict: dict[str, torch.Tensor] | None = None) -> None:
         """HF-format export; ``state_dict``: the full weights to write (from ``full_state_dict()``,

@@ -1,0 +1,149 @@
+"""LoRA weight sync: the adapters alone vs the full merged weights, trainer -> hf engine.
+
+Run from the repo root::
+
+    python benchmarks/lora_sync.py                       # SmolLM2-135M, LoRA rank 16 on q,k,v,o
+    python benchmarks/lora_sync.py --model tiny --repeats 2   # seconds
+
+A LoRA policy's engine needs ``W0 + scale * B @ A`` for every adapted module. The merged sync
+(``placement.lora_sync=merged``) merges in the trainer and sends every weight of the model; the
+adapter sync (the default) sends A and B alone and the engine merges them over the base weights it
+kept. Both rows use the real pieces: a LoRA ``PolicyWorker`` whose adapters were moved off zero by
+one real update, and the hf engine. Printed per sync: bytes sent, seconds (trainer side + engine
+load), and the ratios; then the largest gap between the engine's sampler logprobs after each kind
+of sync on the same prompt (0: the same weights).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from aloft.inference.hf import HFEngine
+from aloft.models import build_tiny_model, load_tokenizer, resolve_model_path
+from aloft.training import OptimSettings, PolicyWorker
+from aloft.types import GenerationRequest, SamplingParams
+
+
+def perturbed_policy(path: str, rank: int) -> PolicyWorker:
+    """A LoRA policy whose adapters are not zero (B starts at 0: a fresh adapter merges to the base)."""
+    policy = PolicyWorker(
+        path,
+        OptimSettings(lr=1e-2),
+        lora={"r": rank, "alpha": 2 * rank, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
+    )
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, parameter in policy.model.named_parameters():
+            if "lora_B" in name:
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 1e-2)
+    return policy
+
+
+async def sync_once(policy: PolicyWorker, engine: HFEngine, kind: str, version: int) -> dict[str, float]:
+    start = time.perf_counter()
+    if kind == "adapter":
+        adapters = policy.lora_adapters()
+        sent = adapters.nbytes
+        gathered = time.perf_counter()
+        await engine.update_lora(adapters, version)
+    else:
+        weights = list(policy.named_weights())
+        sent = sum(tensor.nbytes for _, tensor in weights)
+        gathered = time.perf_counter()
+        await engine.update_weights(weights, version)
+    done = time.perf_counter()
+    return {
+        "bytes": float(sent),
+        "trainer_s": gathered - start,
+        "engine_s": done - gathered,
+        "total_s": done - start,
+    }
+
+
+async def probe(engine: HFEngine, prompt_ids: list[int]) -> list[float]:
+    sampling = SamplingParams(max_tokens=16, temperature=1.0, seed=7)
+    [completion] = await engine.generate([GenerationRequest(prompt_ids=prompt_ids, sampling=sampling)])
+    return completion.logprobs
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--model", default="smollm2-135m-instruct", help="built-in name, directory, or 'tiny'"
+    )
+    parser.add_argument("--rank", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--json", default=None, help="also write the figures to this file")
+    args = parser.parse_args(argv)
+    if args.model == "tiny":
+        path = build_tiny_model(Path(tempfile.mkdtemp()) / "tiny", hidden_size=64, num_layers=2, seed=0)
+    else:
+        path = resolve_model_path(args.model)
+    tokenizer = load_tokenizer(path)
+    policy = perturbed_policy(path, args.rank)
+    # One engine per kind of sync: an engine that took merged weights no longer holds the base.
+    engines = {
+        kind: HFEngine(path, tokenizer=tokenizer, dtype="float32", prefix_cache_gb=0.0)
+        for kind in ("merged", "adapter")
+    }
+    prompt_ids = tokenizer.encode("Write a SQL query that counts the rows of a table.")
+
+    async def measure() -> tuple[dict[str, list[dict[str, float]]], float]:
+        rows: dict[str, list[dict[str, float]]] = {"merged": [], "adapter": []}
+        for version in range(
+            1, args.repeats + 1
+        ):  # alternate, so drift in the machine's speed hits both alike
+            for kind, engine in engines.items():
+                rows[kind].append(await sync_once(policy, engine, kind, version))
+        after = [await probe(engine, prompt_ids) for engine in engines.values()]
+        gap = max(abs(a - b) for a, b in zip(*after, strict=True))
+        return rows, gap
+
+    try:
+        rows, gap = asyncio.run(measure())
+    finally:
+        for engine in engines.values():
+            engine.close()
+    summary = {
+        kind: {key: statistics.median(r[key] for r in runs) for key in runs[0]} for kind, runs in rows.items()
+    }
+    merged, adapter = summary["merged"], summary["adapter"]
+    figures = {
+        "benchmark": "lora_sync",
+        "model": args.model,
+        "rank": args.rank,
+        "cpu": platform.processor() or platform.machine(),
+        "repeats": args.repeats,
+        "merged": merged,
+        "adapter": adapter,
+        "bytes_ratio": adapter["bytes"] / merged["bytes"],
+        "time_ratio": adapter["total_s"] / merged["total_s"],
+        "logprob_max_gap": gap,
+    }
+    print(f"LoRA weight sync: {args.model}, rank {args.rank} on q,k,v,o, float32, median of {args.repeats}")
+    print(f"{'sync':<10}{'MB sent':>12}{'trainer s':>12}{'engine s':>12}{'total s':>10}")
+    for kind, row in summary.items():
+        print(
+            f"{kind:<10}{row['bytes'] / 1e6:>12.2f}{row['trainer_s']:>12.3f}{row['engine_s']:>12.3f}{row['total_s']:>10.3f}"
+        )
+    print(
+        f"adapter / merged: bytes {figures['bytes_ratio']:.4f}, time {figures['time_ratio']:.3f}; "
+        f"sampler logprob gap after each: {gap:.2e}"
+    )
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=1))
+    return figures
+
+
+if __name__ == "__main__":
+    main()

@@ -73,6 +73,8 @@ PLANS = {
     "sync": [],
     # The prefetched batch rides in the checkpoint: the resumed run trains on the very same samples.
     "one_step_off": ["trainer.plan=one_step_off", "algorithm.off_policy_correction=tis_token"],
+    # LoRA with a KL term (its reference is the policy's base) and adapter-only syncs to the engine.
+    "sync-lora": ["model.lora_rank=4", "algorithm.kl_coef=0.05", "optim.lr=1e-2"],
 }
 
 

@@ -53,6 +53,20 @@ def test_fsdp2_two_ranks_train_like_one_process(tiny_overrides):
     assert (run_dir_of(fsdp) / "export" / "config.json").exists()  # gathered and written by rank 0
 
 
+def test_fsdp2_with_lora_trains_like_one_process(tiny_overrides):
+    """LoRA adapters (and the KL reference = the base under them) sharded over 2 ranks: the same
+    steps as one process, the merged export gathered and written, the adapter synced alone."""
+    lora = ["trainer.max_steps=2", "model.lora_rank=4", "algorithm.kl_coef=0.05", "optim.lr=1e-2"]
+    single, _ = run(tiny_overrides, "lora-single", *lora)
+    fsdp, final = run(tiny_overrides, "lora-fsdp", *lora, "trainer.strategy=fsdp2", "trainer.num_processes=2")
+    expected, got = steps(single), steps(fsdp)
+    for one, two in zip(expected, got, strict=True):
+        for key in (*COMPARED, "policy/kl_to_ref"):
+            assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6), (one["step"], key)
+    assert (run_dir_of(fsdp) / "export" / "config.json").exists()
+    assert (run_dir_of(fsdp) / "export" / "adapter" / "adapter_config.json").exists()
+
+
 def test_fsdp2_resumes_exactly(tiny_overrides):
     straight, _ = run(
         tiny_overrides, "straight", "trainer.max_steps=2", "trainer.strategy=fsdp2", "trainer.num_processes=2"

@@ -398,9 +398,10 @@ class AloftConfig(Section):
             raise ValueError(
                 f"trainer.num_processes={trainer.num_processes} needs a data-parallel strategy: set trainer.strategy=fsdp2"
             )
-        if trainer.strategy != "single" and self.model.lora_rank > 0:
+        if trainer.strategy not in ("single", "fsdp2") and self.model.lora_rank > 0:
             raise ValueError(
-                f"trainer.strategy={trainer.strategy} does not support LoRA yet: set model.lora_rank=0"
+                f"trainer.strategy={trainer.strategy} does not support LoRA yet: set trainer.strategy=fsdp2 "
+                "(or single), or model.lora_rank=0"
             )
         if trainer.strategy == "ulysses" and not self.optim.packing:
             raise ValueError("trainer.strategy=ulysses splits packed sequences: set optim.packing=true")

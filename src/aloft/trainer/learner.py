@@ -171,7 +171,7 @@ class Learner:
 
     def save_pretrained(self, directory: Path | None) -> None:
         """The policy in HF format (LoRA merged) into ``directory`` (rank 0; a collective)."""
-        state = self.policy.full_state_dict() if not self.policy.lora else None
+        state = self.policy.full_state_dict()  # a collective under FSDP2: every rank gathers
         if directory is not None and self.rank == 0:
             self.policy.save_pretrained(str(directory), state_dict=state)
 

@@ -13,6 +13,10 @@ from typing import Any
 import torch
 
 from aloft.models import load_model
+from aloft.types import LoraAdapters
+
+_PREFIX = "base_model.model."
+_A, _B, _BASE = ".lora_A.default.weight", ".lora_B.default.weight", ".base_layer."
 
 
 def with_lora(model: Any, lora: dict[str, Any]) -> Any:
@@ -26,6 +30,38 @@ def with_lora(model: Any, lora: dict[str, Any]) -> Any:
 
 def is_lora_state(state: dict[str, torch.Tensor]) -> bool:
     return any(".lora_A." in name for name in state)
+
+
+def lora_scale(lora: dict[str, Any]) -> float:
+    """peft's scaling of ``B @ A``: alpha / r."""
+    return lora["alpha"] / lora["r"]
+
+
+def adapters_from_state(state: dict[str, torch.Tensor], scale: float) -> LoraAdapters:
+    """The adapters of a LoRA policy's full (peft-named) state dict, under the HF module names."""
+    modules = {}
+    for name, a in state.items():
+        if name.endswith(_A):
+            module = name[: -len(_A)]
+            modules[module.removeprefix(_PREFIX)] = (a.detach().clone(), state[module + _B].detach().clone())
+    return LoraAdapters(scale=scale, modules=modules)
+
+
+def merged_state(state: dict[str, torch.Tensor], scale: float) -> dict[str, torch.Tensor]:
+    """Plain HF weights from a LoRA policy's full (peft-named) state dict: each adapted module's
+    weight is ``W0 + (B @ A) * scale``, as peft's merge computes it (in the weights' dtype)."""
+    out = {}
+    for name, tensor in state.items():
+        if ".lora_" in name:
+            continue
+        plain = name.removeprefix(_PREFIX).replace(_BASE, ".")
+        if _BASE in name and name.endswith(".weight"):
+            module = name[: name.rindex(_BASE)]
+            if module + _A in state:
+                delta = (state[module + _B] @ state[module + _A]) * scale
+                tensor = tensor.detach() + delta.to(tensor.dtype)
+        out[plain] = tensor.detach()
+    return out
 
 
 def merged_weights(

@@ -9,7 +9,6 @@ so gradients add up to exactly the full mini-batch's gradient whatever the micro
 from __future__ import annotations
 
 import contextlib
-import copy
 import math
 import os
 from collections import defaultdict
@@ -32,7 +31,7 @@ from aloft.algorithms import (
 from aloft.models import load_model
 from aloft.training.batch import TrainBatch
 from aloft.training.forward import token_logits
-from aloft.training.lora import with_lora
+from aloft.training.lora import adapters_from_state, lora_scale, merged_state, with_lora
 from aloft.training.packing import MicroBatching
 from aloft.training.strategies import SingleProcess, Strategy
 from aloft.types import LoraAdapters
@@ -173,9 +172,11 @@ class PolicyWorker(_Trainable):
         if gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.lora = bool(lora and lora.get("r", 0) > 0)
+        self.lora_scale = 0.0
         if self.lora:
             assert lora is not None
             model = with_lora(model, lora)
+            self.lora_scale = lora_scale(lora)
         self.model = self.strategy.wrap(model)
         self._init_optim()
 
@@ -298,41 +299,38 @@ class PolicyWorker(_Trainable):
                 seen.add(key)
                 yield name, tensor
             return
-        self.model.merge_adapter()
-        try:
-            for name, tensor in self.model.state_dict().items():
-                if "lora_" in name:
-                    continue
-                yield name.replace("base_model.model.", "", 1).replace(".base_layer", ""), tensor.clone()
-        finally:
-            self.model.unmerge_adapter()
+        # From the gathered state (a collective under FSDP2), merged with peft's arithmetic.
+        yield from merged_state(self.full_state_dict(), self.lora_scale).items()
 
     def lora_adapters(self) -> LoraAdapters:
-        """The LoRA adapters alone, under the HF module names, for an adapter-only weight sync."""
+        """The LoRA adapters alone, under the HF module names, for an adapter-only weight sync
+        (gathered in full: a collective under FSDP2)."""
         assert self.lora, "lora_adapters needs a LoRA policy (model.lora_rank > 0)"
-        modules: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-        scales = set()
-        for name, module in self.model.named_modules():
-            if hasattr(module, "lora_A") and "default" in getattr(module, "lora_A", {}):
-                plain = name.replace("base_model.model.", "", 1)
-                a, b = module.lora_A["default"].weight, module.lora_B["default"].weight
-                modules[plain] = (a.detach().clone(), b.detach().clone())
-                scales.add(float(module.scaling["default"]))
-        assert len(scales) == 1, f"one LoRA scale expected, got {scales}"
-        return LoraAdapters(scale=scales.pop(), modules=modules)
+        return adapters_from_state(self.full_state_dict(), self.lora_scale)
 
     def save_pretrained(self, path: str, state_dict: dict[str, torch.Tensor] | None = None) -> None:
-        """HF-format export; ``state_dict``: the full weights to write (from ``full_state_dict()``,
-        needed when the model is sharded). A LoRA policy is written twice: merged into a plain
-        model at ``path`` (what engines and ``from_pretrained`` load), and its adapter alone at
+        """HF-format export; ``state_dict``: the full weights (from ``full_state_dict()``, needed
+        when the model is sharded). A LoRA policy is written twice: merged into a plain model at
+        ``path`` (what engines and ``from_pretrained`` load), and its adapter alone at
         ``path/adapter`` (peft's format, a few MB: ``PeftModel.from_pretrained(base, path/adapter)``).
-        The policy itself stays a LoRA model: the merge happens on a copy."""
+        The policy itself stays a LoRA model."""
         if not self.lora:
             self.model.save_pretrained(path, safe_serialization=True, state_dict=state_dict)
             return
-        self.model.save_pretrained(os.path.join(path, "adapter"), safe_serialization=True)
-        merged = copy.deepcopy(self.model).merge_and_unload(safe_merge=True)  # type: ignore[operator]
-        merged.save_pretrained(path, safe_serialization=True)
+        from peft import get_peft_model_state_dict
+        from safetensors.torch import save_file
+
+        state = state_dict if state_dict is not None else self.full_state_dict()
+        adapter_dir = os.path.join(path, "adapter")
+        os.makedirs(adapter_dir, exist_ok=True)
+        adapter = get_peft_model_state_dict(self.model, state_dict=state)
+        save_file(
+            {k: v.contiguous() for k, v in adapter.items()},
+            os.path.join(adapter_dir, "adapter_model.safetensors"),
+        )
+        self.model.peft_config["default"].save_pretrained(adapter_dir)
+        merged = merged_state(state, self.lora_scale)
+        self.model.get_base_model().save_pretrained(path, safe_serialization=True, state_dict=merged)
 
 
 class ReferenceWorker:

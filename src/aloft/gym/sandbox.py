@@ -106,7 +106,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from aloft.types import InfrastructureError
+try:
+    from aloft.types import InfrastructureError
+except ImportError:  # this file also runs alone, on the standard library only (the host side under
+    # another user's system Python, as a test drives it): its errors are then plain RuntimeErrors
+    InfrastructureError = RuntimeError  # type: ignore[misc,assignment]
 
 __all__ = [
     "SandboxCapabilities",

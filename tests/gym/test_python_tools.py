@@ -69,3 +69,18 @@ def test_metrics_count_runs_failures_and_timeouts(tools):
 def test_clip_middle_keeps_head_and_tail():
     assert clip_middle("abc", 10) == "abc"
     assert clip_middle("a" * 50 + "b" * 50, 20) == "a" * 10 + "\n... [80 characters omitted] ...\n" + "b" * 10
+
+
+def test_a_sandbox_that_cannot_start_fails_the_call_instead_of_reaching_the_model(monkeypatch):
+    """The real probe, with a mode that does not exist: the tool raises an InfrastructureError (the
+    trajectory fails, never a reward) rather than showing the model a sandbox error."""
+    from aloft.gym import sandbox
+    from aloft.types import InfrastructureError
+
+    monkeypatch.setattr(sandbox, "_CAPABILITIES", None)  # probe again; restored afterwards
+    monkeypatch.setenv("ALOFT_SANDBOX_MODE", "no-such-mode")
+    with (
+        PythonTools() as tools,
+        pytest.raises(InfrastructureError, match="^sandbox: ALOFT_SANDBOX_MODE must be"),
+    ):
+        tools.call("run_python", {"code": "print(1)"})

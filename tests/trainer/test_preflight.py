@@ -45,7 +45,7 @@ CASES = {
     ),
     "env that cannot be built": (
         ["env=arithmetic", "env.config={max_turns: 0}"],
-        "env arithmetic cannot be built for train row 0: ValueError: arithmetic env: max_turns must be",
+        "env arithmetic cannot start an episode on train row 0: ValueError: arithmetic env: max_turns must be",
     ),
     "turn limits disagree": (
         ["env=arithmetic", "env.config={max_turns: 3}", "generator.max_turns=1"],

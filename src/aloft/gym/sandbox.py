@@ -106,12 +106,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-try:
-    from aloft.types import InfrastructureError
-except ImportError:  # this file also runs alone, on the standard library only (the host side under
-    # another user's system Python, as a test drives it): its errors are then plain RuntimeErrors
-    InfrastructureError = RuntimeError  # type: ignore[misc,assignment]
-
 __all__ = [
     "SandboxCapabilities",
     "SandboxError",
@@ -131,7 +125,7 @@ STATUS_READY = b"ready"
 _EXITED_NOWAIT = os.WEXITED | os.WNOHANG | os.WNOWAIT
 
 
-class SandboxError(InfrastructureError):
+class SandboxError(RuntimeError):
     """The sandbox itself could not be set up (not a failure of the code it runs)."""
 
 

@@ -3,13 +3,14 @@
 ``build_components`` calls these in order: the user's ``trainer.imports`` import, the registry names
 exist (estimator, loss, plan, env, engine backend; ``check_names``), the model path resolves, the data files read
 and validate, every row's ``env_class`` is registered and its env builds on the first row of each
-class (with ``env.config``), and the generator's turn limit is not below an env's own. Each failure
+class (with ``env.config``; built and reset with the row's prompt), and the generator's turn limit is not below an env's own. Each failure
 is a ``ConfigError`` naming the key and the fix; ``aloft train`` prints it as one line and exits 2.
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -22,6 +23,7 @@ from aloft.models.loading import ModelUnavailableError
 from aloft.trainer.plans import make_plan, registered_plans
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 
 def import_plugins(cfg: AloftConfig) -> None:
@@ -108,17 +110,23 @@ def check_envs(cfg: AloftConfig, train_rows: list[DatasetRow], eval_rows: list[D
 
 
 def _check_env(cfg: AloftConfig, split: str, env_class: str, row: DatasetRow) -> None:
+    """Build the env on ``row`` and reset it with the row's prompt, as an episode would start."""
+    env = None
     try:
         env = gym.make(env_class, cfg.env.config, row.extras)
+        env.reset(list(row.prompt))
     except Exception as error:
         raise ConfigError(
-            f"env {env_class} cannot be built for {split} row {row.index}: {_one_line(error)}; "
+            f"env {env_class} cannot start an episode on {split} row {row.index}: {_one_line(error)}; "
             "check env.config and the row's columns"
         ) from None
-    try:
-        limit: Any = getattr(env, "max_turns", None)
     finally:
-        env.close()
+        if env is not None:
+            try:
+                env.close()
+            except Exception as error:  # as in the generator: a close that fails loses nothing
+                logger.warning("env %s close failed: %r", env_class, error)
+    limit: Any = getattr(env, "max_turns", None)
     turns = cfg.generator.max_turns
     if isinstance(limit, int) and not isinstance(limit, bool) and turns < limit:
         raise ConfigError(

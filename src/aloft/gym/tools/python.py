@@ -20,6 +20,7 @@ from typing import Literal
 from aloft.gym import sandbox
 from aloft.gym.sandbox import SandboxLimits, SandboxResult
 from aloft.gym.tools.base import ToolGroup, tool
+from aloft.types import InfrastructureError
 
 __all__ = ["PythonTools", "clip_middle", "format_result", "status_line"]
 
@@ -109,7 +110,10 @@ class PythonTools(ToolGroup):
         Args:
             code: The complete program to run.
         """
-        result = sandbox.run_python(code, limits=self.limits)
+        try:
+            result = sandbox.run_python(code, limits=self.limits)
+        except sandbox.SandboxError as error:  # the sandbox could not start: not the model's doing
+            raise InfrastructureError(f"sandbox: {error}") from error
         with self._counts_lock:
             self._runs += 1
             self._failures += not result.ok

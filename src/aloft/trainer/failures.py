@@ -37,15 +37,18 @@ def error_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
 
 
 def check_error_share(
-    failed: list[Trajectory], generated: int, step: int, max_share: float, where: str = ""
+    failed: list[Trajectory], generated: int, what: str, max_share: float, where: str = ""
 ) -> None:
-    """Raise ``TooManyFailures`` when more than ``max_share`` of the step's ``generated``
-    trajectories failed, or all did. ``where``: where the user can read them (the rollouts file)."""
+    """Raise ``TooManyFailures`` when more than ``max_share`` of the ``generated`` trajectories of
+    ``what`` (``"step 3"``, ``"the eval at step 3"``) failed, or all did. ``where``: where the user can
+    read them (the rollouts file)."""
     if failed and (len(failed) > max_share * generated or len(failed) == generated):
-        raise TooManyFailures(failure_message(failed, generated, step, max_share, where))
+        raise TooManyFailures(failure_message(failed, generated, what, max_share, where))
 
 
 def failure_message(failed: list[Trajectory], total: int, what: str, max_share: float, where: str) -> str:
+    """One line: how many failed, by source, against the limit; the first failure's row, env and
+    error; where they all are; and the fix."""
     first = failed[0]
     sources = Counter(t.info.get("error_source", "env") for t in failed)
     by_source = ", ".join(f"{source} {count}" for source, count in sorted(sources.items()))

@@ -3,7 +3,7 @@
 What is evaluated (``resolve_eval_source``):
 - a run directory: its ``export/`` if there is one, else its latest checkpoint;
 - a checkpoint directory (``runs/<name>/checkpoints/step_<n>``): its weights over the run's base
-  model; a LoRA checkpoint is merged first (aloft.training.lora), no export needed;
+  model; a LoRA checkpoint is merged first (``aloft.training.lora.merged_state``), no export needed;
 - a model directory or a built-in name.
 
 A run or checkpoint brings its run's settings as defaults: the env config, stop strings, token and
@@ -28,6 +28,7 @@ from aloft.models import load_tokenizer, resolve_model_path
 from aloft.rollout import EpisodeLimits, Generator
 from aloft.trainer.evaluation import evaluate
 from aloft.trainer.trainer import rollout_record
+from aloft.training import CheckpointManager
 from aloft.types import SamplingParams, TrajectoryGroup
 
 
@@ -68,17 +69,10 @@ def resolve_eval_source(model: str) -> EvalSource:
         config = _run_config(path)
         if (path / "export" / "config.json").exists():
             return EvalSource(str(path / "export"), None, path, config, label="export")
-        steps = sorted(
-            (
-                p
-                for p in (path / "checkpoints").iterdir()
-                if p.name.startswith("step_") and ".tmp" not in p.name
-            ),
-            key=lambda p: int(p.name.split("_")[1]),
-        )
-        if not steps:
+        latest = CheckpointManager(path / "checkpoints").latest()
+        if latest is None:
             raise ValueError(f"run {path} has neither an export/ nor a checkpoint yet; train it first")
-        return EvalSource(_base_model(config), steps[-1], path, config, label=steps[-1].name)
+        return EvalSource(_base_model(config), latest, path, config, label=latest.name)
     return EvalSource(resolve_model_path(model), label=Path(model).name or model)
 
 
@@ -94,19 +88,14 @@ def checkpoint_weights(source: EvalSource) -> dict[str, Any]:
     """The checkpoint's weights under plain HF names (a LoRA checkpoint merged over its base)."""
     from safetensors.torch import load_file
 
-    from aloft.training.lora import is_lora_state, merged_weights
+    from aloft.training.lora import is_lora_state, merged_state
 
     assert source.checkpoint is not None
     state = load_file(source.checkpoint / "policy.safetensors")
     if not is_lora_state(state):
         return state
     model = source.run_config.get("model", {})
-    lora = {
-        "r": model["lora_rank"],
-        "alpha": model["lora_alpha"],
-        "target_modules": model["lora_target_modules"],
-    }
-    return merged_weights(source.model_path, state, lora)
+    return merged_state(state, scale=model["lora_alpha"] / model["lora_rank"])  # peft's alpha / r
 
 
 @dataclass(kw_only=True)

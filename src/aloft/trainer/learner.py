@@ -226,8 +226,9 @@ class LocalLearners:
 
     async def sync_weights(self, version: int) -> dict[str, float]:
         # A LoRA policy sends its adapters alone to an engine that merges them itself (~1% of the
-        # bytes); otherwise every rank gathers the full weights (a collective under FSDP2; a LoRA
-        # merge is math) and rank 0's engine loads them.
+        # bytes); otherwise every rank gathers the full weights (a LoRA merge is math) and rank 0's
+        # engine loads them. Ranks without an engine take the second branch: either branch gathers
+        # the full state exactly once (a collective under FSDP2), so the ranks stay in step.
         policy, engine = self.learner.policy, self.engine
         if policy.lora and self.learner.cfg.placement.lora_sync == "adapter" and supports_lora_sync(engine):
             adapters = await asyncio.to_thread(on_compute_thread, policy.lora_adapters)

@@ -1,9 +1,10 @@
-"""LoRA adapters (peft) on a policy, and a LoRA checkpoint merged back into plain weights.
+"""LoRA adapters (peft) on a policy, and a LoRA state dict turned into what engines load.
 
-The trainer's checkpoints of a LoRA run hold the peft state dict (the frozen base weights under
-``base_model.model.<name>.base_layer`` and the adapters' ``lora_A`` / ``lora_B``); an engine or an
-eval needs plain HF weights. ``merged_weights`` rebuilds the same peft model the trainer trained and
-merges it with peft's own code, so an unexported checkpoint evaluates exactly as its export would.
+A LoRA policy's state dict (a checkpoint's ``policy.safetensors``, or gathered from FSDP2 shards)
+holds the frozen base weights under ``base_model.model.<name>.base_layer`` and the adapters'
+``lora_A`` / ``lora_B``. ``merged_state`` gives the plain HF weights (``W0 + (B @ A) * alpha / r``,
+peft's arithmetic) for a full sync, an export or an eval; ``adapters_from_state`` gives the adapters
+alone for an adapter-only sync.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from typing import Any
 
 import torch
 
-from aloft.models import load_model
 from aloft.types import LoraAdapters
 
 _PREFIX = "base_model.model."
@@ -62,17 +62,3 @@ def merged_state(state: dict[str, torch.Tensor], scale: float) -> dict[str, torc
                 tensor = tensor.detach() + delta.to(tensor.dtype)
         out[plain] = tensor.detach()
     return out
-
-
-def merged_weights(
-    base_model_path: str, state: dict[str, torch.Tensor], lora: dict[str, Any]
-) -> dict[str, torch.Tensor]:
-    """Plain HF weights (adapters merged) of a LoRA checkpoint's ``state`` over its base model."""
-    model = with_lora(load_model(base_model_path, dtype=torch.float32), lora)
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if unexpected or [name for name in missing if "lora_" in name]:
-        raise ValueError(
-            f"the checkpoint does not match a LoRA model of rank {lora['r']} on {lora['target_modules']} "
-            f"over {base_model_path} (unexpected: {unexpected[:3]}, missing: {missing[:3]})"
-        )
-    return dict(model.merge_and_unload(safe_merge=True).state_dict())

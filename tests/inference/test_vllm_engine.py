@@ -97,3 +97,90 @@ def test_settings_that_split_prompts_are_refused_on_cpu(model_dir, setting, mess
 
     with pytest.raises(ValueError, match=message):
         VLLMEngine(model_dir, dtype="float32", max_model_len=MAX_MODEL_LEN, **setting)
+
+
+def _peft_policy(model_dir: str, seed: int):
+    """The tiny model with rank-4 adapters on every projection vLLM adapts, B drawn at random (a fresh
+    peft B is zero, which would hide a wrong merge)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from aloft.training.lora import with_lora
+
+    modules = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    torch.manual_seed(seed)
+    model = with_lora(
+        AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
+        {"r": 4, "alpha": 8, "target_modules": modules},
+    )
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(0, 0.5)
+    return model.eval()
+
+
+def _trainer_logprobs(model, prompt: list[int], completion) -> list[float]:
+    import torch
+
+    ids = torch.tensor([prompt + completion.token_ids])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt) - 1 : -1].float()
+    chosen = torch.tensor(completion.token_ids)[:, None]
+    return torch.log_softmax(logits, -1).gather(1, chosen)[:, 0].tolist()
+
+
+def test_an_adapter_only_sync_makes_vllm_sample_with_the_trainers_logprobs(model_dir):
+    """``update_lora`` loads the adapters through vLLM's LoRA support; after each sync vLLM's logprobs
+    of what it sampled equal the LoRA policy's own (fp32), the second sync replacing the first in place
+    (the same prompt again: no KV cached under the first adapters is reused)."""
+    import torch
+
+    from aloft.inference.vllm_engine import VLLMEngine
+    from aloft.training.lora import adapters_from_state, lora_scale
+
+    engine = VLLMEngine(model_dir, dtype="float32", max_model_len=MAX_MODEL_LEN, max_lora_rank=4)
+    try:
+        prompt = list(range(3, 40))
+        request = GenerationRequest(
+            prompt_ids=prompt, sampling=SamplingParams(max_tokens=12, temperature=1.0, seed=7)
+        )
+        (base,) = asyncio.run(engine.generate([request]))
+        outputs = []
+        for version, seed in enumerate((1, 2), start=1):
+            policy = _peft_policy(model_dir, seed)
+            adapters = adapters_from_state(policy.state_dict(), lora_scale({"r": 4, "alpha": 8}))
+            assert adapters.nbytes < 0.2 * sum(p.nbytes for p in policy.get_base_model().parameters())
+            asyncio.run(engine.update_lora(adapters, version))
+            assert engine.version == version
+            (completion,) = asyncio.run(engine.generate([request]))
+            expected = torch.tensor(_trainer_logprobs(policy, prompt, completion))
+            assert (torch.tensor(completion.logprobs) - expected).abs().max() < 1e-4
+            outputs.append(completion)
+        base_model = policy.get_base_model()
+        with policy.disable_adapter():  # the adapters changed what the engine computes
+            base_logprobs = torch.tensor(_trainer_logprobs(base_model, prompt, outputs[-1]))
+        assert (torch.tensor(outputs[-1].logprobs) - base_logprobs).abs().max() > 1e-2
+        assert outputs[0].logprobs != outputs[1].logprobs and base.logprobs != outputs[0].logprobs
+    finally:
+        engine.close()
+    assert not engine._lora_dir.exists()  # the adapter files go with the engine
+
+
+def test_adapter_syncs_need_an_engine_built_for_them(model_dir):
+    import torch
+
+    from aloft.inference.vllm_engine import VLLMEngine
+    from aloft.types import LoraAdapters
+
+    adapters = LoraAdapters(
+        scale=2.0, modules={"model.layers.0.self_attn.q_proj": (torch.zeros(4, 64), torch.zeros(64, 4))}
+    )
+    with pytest.raises(ValueError, match="is above vLLM's largest"):
+        VLLMEngine(model_dir, dtype="float32", max_model_len=MAX_MODEL_LEN, max_lora_rank=1024)
+    engine = VLLMEngine(model_dir, dtype="float32", max_model_len=MAX_MODEL_LEN)
+    try:
+        with pytest.raises(RuntimeError, match="built without LoRA; build it with max_lora_rank >= 4"):
+            asyncio.run(engine.update_lora(adapters, 1))
+    finally:
+        engine.close()

@@ -77,3 +77,32 @@ def test_an_adapter_only_sync_gives_the_engine_the_merged_weights_for_a_fraction
     engine, adapters = merged.c.engine, merged.c.policy.lora_adapters()
     with pytest.raises(RuntimeError, match="update_lora after a full update_weights"):
         merged.c.run(engine.update_lora(adapters, version=3))
+
+
+def test_adapters_saved_in_peft_format_load_back_into_peft_as_the_same_policy(tiny_model_dir, tmp_path):
+    """``LoraAdapters.save_peft`` is what vLLM's LoRA loading reads: peft itself must read it back to
+    the policy the adapters came from (same scale, same modules)."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from aloft.training.lora import adapters_from_state, lora_scale, with_lora
+
+    lora = {"r": 4, "alpha": 12, "target_modules": ["q_proj", "v_proj", "down_proj"]}
+    policy = with_lora(AutoModelForCausalLM.from_pretrained(tiny_model_dir), lora)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, parameter in policy.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_()
+    adapters = adapters_from_state(policy.state_dict(), lora_scale(lora))
+    adapters.save_peft(tmp_path / "adapter")
+    adapters.save_peft(tmp_path / "adapter")  # a second sync replaces the first
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adapter"]
+    loaded = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(tiny_model_dir), tmp_path / "adapter"
+    )
+    ids = torch.tensor([[1, 5, 9, 13, 2]])
+    with torch.no_grad():
+        assert torch.allclose(loaded(ids).logits, policy(ids).logits, atol=1e-5)
+        with policy.disable_adapter():
+            assert not torch.allclose(loaded(ids).logits, policy(ids).logits, atol=1e-3)

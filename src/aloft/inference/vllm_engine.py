@@ -15,6 +15,12 @@ and a multi-turn trajectory's earlier turns reuse their KV cache.
   A tied weight sent under one name is sent under both (``aloft.inference.tied``): after vLLM's
   reload the LM head no longer shares the embedding's storage.
   The prefix cache is reset afterwards, so no KV computed by old weights is reused.
+- LoRA: built with ``max_lora_rank`` > 0, the engine takes adapter-only syncs (``update_lora``): the
+  adapters are written in peft's format to the engine's own temporary directory and loaded in place
+  through vLLM's LoRA support (``add_lora`` with ``load_inplace``), and every request then runs with
+  them; vLLM applies ``scale * B @ A`` beside the base weights (punica kernels, also on CPU) rather
+  than merging, so its logprobs equal a merged model's within float rounding. vLLM must be told the
+  largest rank at start (rounded up to one it supports: 1, 8, 16, 32, ...).
 - ``sleep``/``wake_up`` use vLLM's sleep mode (level 1: weights offloaded, KV cache dropped) on GPUs;
   vLLM has no sleep mode on CPU, where they only hold generation back.
 - Prefill on CPU: no prompt is ever prefilled in parts (``enable_chunked_prefill=False``, so vLLM's
@@ -34,6 +40,7 @@ from __future__ import annotations
 import gc
 import math
 import os
+import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -44,12 +51,18 @@ from aloft.inference.batching import RequestBatcher, check_prompt
 from aloft.inference.tied import tied_aliases, with_tied_aliases
 from aloft.models.compute_thread import compute_executor, on_compute_thread
 from aloft.models.loading import resolve_model_path
-from aloft.types import Completion, GenerationRequest
+from aloft.types import Completion, GenerationRequest, LoraAdapters
 
 __all__ = ["VLLMEngine"]
 
 _DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16"}
 _DTYPES |= {"float16": "float16", "fp16": "float16"}
+
+_VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The ranks vLLM's ``max_lora_rank`` accepts (``vllm.config.lora.MaxLoRARanks``)."""
+
+_LORA_ID = 1
+"""The one adapter slot the policy's adapters are loaded into (in place at every sync)."""
 
 _LIVE_IN_PROCESS = 0
 """In-process vLLM engines alive in this process (see ``VLLMEngine.close``)."""
@@ -87,6 +100,7 @@ class VLLMEngine:
         in_process: run vLLM's engine core in this process (see the module docstring).
         batch_wait_s: how long the batcher lets callers gather before a batch.
         ignore_eos: never stop at end-of-completion tokens (benchmarks with fixed lengths).
+        max_lora_rank: > 0 enables adapter-only syncs (``update_lora``) of adapters up to this rank.
         engine_kwargs: passed to ``vllm.LLM`` as they are (``tensor_parallel_size``, ...).
     """
 
@@ -106,6 +120,7 @@ class VLLMEngine:
         in_process: bool = True,
         batch_wait_s: float = 0.002,
         ignore_eos: bool = False,
+        max_lora_rank: int = 0,
         **engine_kwargs: Any,
     ) -> None:
         if not isinstance(model_or_path, str | os.PathLike):
@@ -133,6 +148,7 @@ class VLLMEngine:
             "logprobs_mode": "processed_logprobs",
             **({} if on_cpu else {"gpu_memory_utilization": gpu_memory_utilization}),
             **(_cpu_prefill_kwargs(engine_kwargs, max_model_len) if on_cpu else {}),
+            **_lora_kwargs(max_lora_rank),
             **engine_kwargs,
         }
         executor = compute_executor()
@@ -153,6 +169,12 @@ class VLLMEngine:
         self.on_gpu = not on_cpu
         self.ignore_eos = ignore_eos
         self._version = 0
+        self.max_lora_rank = max_lora_rank
+        self._lora_request: Any = None
+        """The policy's adapters once synced: every request runs with them."""
+        self._lora_dir = Path(tempfile.mkdtemp(prefix="aloft-vllm-lora-")) if max_lora_rank else None
+        self._base_weights = True
+        """The engine still holds the base model the adapters apply to (no full sync yet)."""
         self._batcher = RequestBatcher(
             self._run_batch,
             executor,
@@ -190,6 +212,29 @@ class VLLMEngine:
             items = weights.items() if isinstance(weights, Mapping) else weights
             source = with_tied_aliases(((name, tensor.detach().cpu()) for name, tensor in items), self._tied)
         await self._batcher.run_exclusive(self._reload, source, version)
+
+    async def update_lora(self, adapters: LoraAdapters, version: int) -> None:
+        """Adapter-only weight sync: from now on every request runs with ``W0 + scale * B @ A`` on the
+        listed modules, W0 being the weights the engine was built with. Refused after a full
+        ``update_weights`` (W0 is gone then) and on an engine built without ``max_lora_rank``."""
+        if self._closed:
+            raise RuntimeError("VLLMEngine is closed; build a new engine")
+        if not self.max_lora_rank:
+            raise RuntimeError(
+                "VLLMEngine.update_lora: this engine was built without LoRA; build it with "
+                f"max_lora_rank >= {adapters.rank} (the trainer does this for model.lora_rank > 0)"
+            )
+        if adapters.rank > self.max_lora_rank:
+            raise ValueError(
+                f"VLLMEngine.update_lora: adapters of rank {adapters.rank} exceed max_lora_rank="
+                f"{self.max_lora_rank}; build the engine with max_lora_rank >= {adapters.rank}"
+            )
+        if not self._base_weights:
+            raise RuntimeError(
+                "update_lora after a full update_weights: the engine's weights are no longer the base "
+                "model the adapters apply to; keep one kind of sync per engine (placement.lora_sync)"
+            )
+        await self._batcher.run_exclusive(self._load_lora, adapters, version)
 
     async def pause(self) -> None:
         """Start no new batch until ``resume()``; returns once the batch in flight is done."""
@@ -231,6 +276,8 @@ class VLLMEngine:
             client.shutdown()
         del llm
         gc.collect()
+        if self._lora_dir is not None:
+            shutil.rmtree(self._lora_dir, ignore_errors=True)
 
     # ------------------------------------------------------------------------------------------------
     # On the compute thread
@@ -256,7 +303,7 @@ class VLLMEngine:
     def _run_batch(self, requests: list[GenerationRequest], seeds: list[int]) -> list[Completion]:
         prompts = [self._tokens_prompt_cls(prompt_token_ids=list(r.prompt_ids)) for r in requests]
         params = [self._sampling_params(r, seed) for r, seed in zip(requests, seeds)]
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        outputs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=self._lora_request)
         return [_to_completion(output.outputs[0], self._version) for output in outputs]
 
     def _reload(self, source: Path | list[tuple[str, Any]], version: int) -> None:
@@ -276,6 +323,21 @@ class VLLMEngine:
                     _save_safetensors(tensors, Path(directory) / "model.safetensors")
                     self.llm.collective_rpc("reload_weights", kwargs={"weights_path": directory})
         self.llm.reset_prefix_cache()  # no KV computed by the old weights may be reused
+        # The weights are now the whole policy (a LoRA policy's full sync is merged): no adapter on top.
+        self._lora_request, self._base_weights = None, False
+        self._version = version
+
+    def _load_lora(self, adapters: LoraAdapters, version: int) -> None:
+        from vllm.lora.request import LoRARequest
+
+        assert self._lora_dir is not None
+        path = self._lora_dir / "adapter"
+        adapters.save_peft(path)
+        # In place into the one slot: vLLM reads the files now, so the next sync may overwrite them.
+        self.llm.llm_engine.add_lora(LoRARequest("aloft-policy", _LORA_ID, str(path), load_inplace=True))
+        self._lora_request = LoRARequest("aloft-policy", _LORA_ID, str(path))
+        # Prefix-cache entries are keyed by the adapter's id, which stays the same: drop them.
+        self.llm.reset_prefix_cache()
         self._version = version
 
 
@@ -320,6 +382,19 @@ def _cpu_prefill_kwargs(engine_kwargs: Mapping[str, Any], max_model_len: int | N
                 f"is prefilled in one step, so set {name} >= {max_model_len} or leave it unset"
             )
     return {"enable_chunked_prefill": False}
+
+
+def _lora_kwargs(max_lora_rank: int) -> dict[str, Any]:
+    """vLLM's LoRA settings for adapters up to ``max_lora_rank`` (0: LoRA off)."""
+    if max_lora_rank <= 0:
+        return {}
+    supported = [rank for rank in _VLLM_LORA_RANKS if rank >= max_lora_rank]
+    if not supported:
+        raise ValueError(
+            f"VLLMEngine: max_lora_rank={max_lora_rank} is above vLLM's largest ({_VLLM_LORA_RANKS[-1]}); "
+            "use a smaller model.lora_rank or placement.lora_sync=merged"
+        )
+    return {"enable_lora": True, "max_lora_rank": supported[0], "max_loras": 1}
 
 
 def _parse_dtype(dtype: str, on_cpu: bool) -> str:

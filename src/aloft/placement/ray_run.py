@@ -193,7 +193,7 @@ class RayPlacement:
                 tokenizer=model_path,
                 dtype=cfg.engine.dtype,
                 max_batch_size=cfg.engine.max_batch_size,
-                **cfg.engine.backend_options(),
+                **cfg.engine_options(),
                 # Ray hands a GPU actor its device as CUDA_VISIBLE_DEVICES; vLLM and SGLang find it alone.
                 **({"device": "cuda"} if engine_gpus and cfg.engine.backend == "hf" else {}),
             )

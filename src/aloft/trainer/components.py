@@ -279,7 +279,7 @@ def _local_engine(cfg: AloftConfig, model_path: str, tokenizer: Any) -> Inferenc
         tokenizer=tokenizer,
         dtype=cfg.engine.dtype,
         max_batch_size=cfg.engine.max_batch_size,
-        **cfg.engine.backend_options(),
+        **cfg.engine_options(),
         **remote,
     )
 

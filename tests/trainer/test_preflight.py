@@ -29,6 +29,10 @@ def rows_with_env(tmp_path: Path, env_class: str) -> str:
 
 CASES = {
     "missing model": (["model.path=/no/such/model"], "model.path=/no/such/model: "),
+    "missing model, two local ranks": (
+        ["model.path=/no/such/model", "trainer.strategy=fsdp2", "trainer.num_processes=2"],
+        "model.path=/no/such/model: ",
+    ),
     "missing file": (
         ["data.train_files=[/no/such/rows.jsonl]"],
         "data: /no/such/rows.jsonl: dataset file not found",

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from aloft.algorithms import apply_soft_overlong_penalty, drop_failed_trajectories, drop_zero_variance_groups
-from aloft.config import AloftConfig
+from aloft.config import AloftConfig, ConfigError
 from aloft.models.compute_thread import on_compute_thread
 from aloft.rollout.generator import _mix
 from aloft.trainer.components import Components, build_components
@@ -342,7 +342,15 @@ def _train_on_local_ranks(config: AloftConfig) -> dict[str, float]:
 
     results = mp.get_context("spawn").SimpleQueue()
     ranks = config.trainer.num_processes
-    mp.spawn(_local_rank, args=(config, ranks, free_loopback_port(), results), nprocs=ranks)
+    try:
+        mp.spawn(_local_rank, args=(config, ranks, free_loopback_port(), results), nprocs=ranks)
+    except mp.ProcessRaisedException:
+        # spawn has ended the other ranks; a rank's one-line stop (a config error, too many failed
+        # trajectories) is raised here as itself, not as a child's traceback.
+        first = None if results.empty() else results.get()
+        if isinstance(first, Exception):
+            raise first from None
+        raise
     return results.get()
 
 
@@ -358,6 +366,9 @@ def _local_rank(rank: int, config: AloftConfig, ranks: int, port: int, results: 
         metrics = train(config)
         if rank == 0:
             results.put(metrics)
+    except (ConfigError, TooManyFailures) as stop:
+        results.put(stop)  # for the parent to raise as the run's one line (_train_on_local_ranks)
+        raise
     finally:
         dist.destroy_process_group()
 

@@ -281,6 +281,36 @@ def test_a_dead_retrieval_server_fails_the_step_instead_of_becoming_an_observati
     assert isinstance(failure.value, InfrastructureError)
 
 
+def test_a_slow_retrieval_server_fails_the_step_with_the_clients_message_not_a_timeout_observation() -> None:
+    """The search group's safety-net timeout sits above the client's own (timeout x tries + 5 s), so
+    a server that answers too slowly ends in the client's RetrievalError naming it, an
+    InfrastructureError: never a "timed out" observation the policy would be rewarded for."""
+    import http.server
+    import threading
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            time.sleep(3)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        assert SearchTools(RetrievalClient(url)).timeout_s == 30 * 2 + 5  # the client's defaults
+        tools = SearchTools(RetrievalClient(url, timeout_s=0.5, retries=1))
+        assert tools.timeout_s == 6.0
+        start = time.perf_counter()
+        with pytest.raises(RetrievalError, match="^cannot reach retrieval server .*timed out") as failure:
+            tools.call("search", {"query": "carbon"})
+        assert isinstance(failure.value, InfrastructureError) and time.perf_counter() - start < 3
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_config_and_row_errors_are_one_line() -> None:
     with pytest.raises(ValueError, match="unknown config keys \\['top_k'\\]"):
         make("search", config={"top_k": 3, "corpus_path": str(ELEMENTS)}, extras=CARBON_EXTRAS)

@@ -297,8 +297,9 @@ def test_argument_validation_of_nested_types_and_enums():
     assert group.call("find", {"tags": [], "order": None}).ok  # None for an optional means "default"
 
 
-def test_timeout_returns_promptly_and_is_counted():
+def test_a_timeout_the_model_caused_returns_promptly_as_an_observation_and_is_counted():
     group = Notebook(timeout_s=0.2)
+    group.policy_causes_timeouts = True  # the model chooses how long `sleep` runs
     start = time.perf_counter()
     result = group.call("sleep", {"seconds": 1.5})
     assert time.perf_counter() - start < 1.0
@@ -306,6 +307,22 @@ def test_timeout_returns_promptly_and_is_counted():
     assert result.output == "Error: tool 'sleep' timed out after 0.2 s."
     assert group.metrics()["tool_timeouts"] == 1.0
     assert group.call("sleep", {"seconds": 0}).output == "awake"  # the group still works
+
+
+def test_a_call_that_reaches_the_safety_net_is_a_hung_tool_and_fails_the_trajectory():
+    """By default a group's tools enforce their own limits, so reaching ``timeout_s`` means the tool
+    hung: an InfrastructureError, never an observation the policy is rewarded for."""
+    from aloft.gym import InfrastructureError
+    from aloft.gym.tools import CalculatorTools, ToolTimeoutError
+
+    group = Notebook(timeout_s=0.2)
+    start = time.perf_counter()
+    with pytest.raises(ToolTimeoutError, match="tool 'sleep' of Notebook did not return within") as stop:
+        group.call("sleep", {"seconds": 1.5})
+    assert isinstance(stop.value, InfrastructureError) and time.perf_counter() - start < 1.0
+    assert group.metrics()["tool_timeouts"] == 1.0
+    assert group.call("sleep", {"seconds": 0}).output == "awake"
+    assert CalculatorTools.policy_causes_timeouts  # a calculator's running time is its expression's
 
 
 @pytest.mark.parametrize("timeout_s", [None, 5.0])

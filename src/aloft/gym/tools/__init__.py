@@ -6,7 +6,16 @@ The heavier groups (python sandbox, sql, search) live in their own modules and a
 there, so importing this package stays light.
 """
 
-from aloft.gym.tools.base import Tool, ToolDefinitionError, ToolError, ToolGroup, ToolResult, ToolStats, tool
+from aloft.gym.tools.base import (
+    Tool,
+    ToolDefinitionError,
+    ToolError,
+    ToolGroup,
+    ToolResult,
+    ToolStats,
+    ToolTimeoutError,
+    tool,
+)
 from aloft.gym.tools.calculator import CalculatorTools
 from aloft.gym.tools.parsing import (
     ParseError,
@@ -31,6 +40,7 @@ __all__ = [
     "ToolGroup",
     "ToolResult",
     "ToolStats",
+    "ToolTimeoutError",
     "first_tag",
     "last_tag",
     "parse_hermes_calls",

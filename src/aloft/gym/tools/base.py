@@ -42,7 +42,9 @@ group)::
 failures (unknown tool, bad arguments, an exception, a timeout); each becomes a ``ToolResult`` with
 ``ok=False``, an ``error`` kind and a message the model can read, and is counted in ``metrics()``.
 The one exception is ``aloft.types.InfrastructureError`` (a server down, a sandbox that cannot
-start): it is not the model's doing, so it goes through and fails the trajectory instead.
+start): it is not the model's doing, so it goes through and fails the trajectory instead. A call
+that reaches the group's safety-net timeout is one too, ``ToolTimeoutError``, unless the group says
+a call's running time is the model's doing (``policy_causes_timeouts``, as the calculator does).
 """
 
 from __future__ import annotations
@@ -58,6 +60,12 @@ from typing import Any, Literal, overload
 
 from aloft.gym.tools.schema import ToolDefinitionError, build_parameters, check_arguments, parse_docstring
 from aloft.types import InfrastructureError
+
+
+class ToolTimeoutError(InfrastructureError):
+    """A tool call reached its group's safety-net timeout: the tool hung, not the model (see
+    ``ToolGroup``); the trajectory fails rather than being trained on."""
+
 
 __all__ = [
     "ErrorKind",
@@ -198,12 +206,20 @@ class ToolGroup:
     caller waits at most ``timeout_s``. A Python thread cannot be killed, so a timed-out call keeps
     running in the background until it returns: tools that can hang or run long (code execution,
     SQL) must enforce their own limits (a subprocess with a kill, a progress handler), as the
-    python sandbox and the sql tools do; the group's timeout is a safety net that keeps the episode
-    moving. ``timeout_s=None`` runs calls inline on the caller's thread.
+    python sandbox and the sql tools do, and report their own limits to the model as observations;
+    the group's timeout is a safety net that keeps the episode moving. A call that reaches it is a
+    tool that hung (a server, a lock, a sandbox that failed to kill its child): ``ToolTimeoutError``,
+    an ``InfrastructureError`` that fails the trajectory instead of becoming a reward. A group whose
+    running time the model's arguments decide (a calculator's expression) sets
+    ``policy_causes_timeouts = True``: its timed-out calls become observations the model learns
+    from. ``timeout_s=None`` runs calls inline on the caller's thread.
     """
 
     name: str = "tools"
     timeout_s: float | None = 10.0
+    policy_causes_timeouts: bool = False
+    """True: a call that reaches ``timeout_s`` is the model's doing and becomes an observation;
+    False: it is a hung tool, and fails the trajectory (``ToolTimeoutError``)."""
 
     def __init__(self, *, timeout_s: float | None | Literal["default"] = "default") -> None:
         if timeout_s != "default":
@@ -282,7 +298,15 @@ class ToolGroup:
             worker.join(self.timeout_s)
             if not holder:
                 message = f"Error: tool {selected.name!r} timed out after {self.timeout_s:g} s."
-                return self._finish(start, message, "timeout")
+                result = self._finish(start, message, "timeout")
+                if self.policy_causes_timeouts:
+                    return result
+                raise ToolTimeoutError(
+                    f"tool {selected.name!r} of {type(self).__name__} did not return within its group's "
+                    f"safety-net timeout_s={self.timeout_s:g} (its own limits did not stop it); fix the "
+                    "tool, raise timeout_s, or set policy_causes_timeouts=True if the model's arguments "
+                    "decide its running time"
+                )
             outcome = holder[0]
         succeeded, value = outcome
         if isinstance(value, InfrastructureError):

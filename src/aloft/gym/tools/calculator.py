@@ -195,6 +195,7 @@ class CalculatorTools(ToolGroup):
     """A stateless calculator tool group: one tool, ``calculate``."""
 
     name = "calculator"
+    policy_causes_timeouts = True  # the model's expression decides how long a call runs
 
     def __init__(self, *, timeout_s: float | None = 5.0) -> None:
         super().__init__(timeout_s=timeout_s)

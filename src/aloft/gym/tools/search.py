@@ -380,7 +380,11 @@ class SearchTools(ToolGroup):
     """The ``search`` tool over a ``SearchBackend`` (a ``LocalIndex`` or a ``RetrievalClient``).
 
     ``max_topk`` caps what the model may ask for; ``max_doc_chars`` cuts each document's text in the
-    rendered output. A retrieval failure becomes a tool error the model sees, never an exception.
+    rendered output. The model's own mistakes (an empty query) become tool errors it sees; a retrieval
+    failure (``RetrievalError``, the server down or slow) is an ``InfrastructureError`` that fails the
+    trajectory. Over a ``RetrievalClient`` the group's safety-net timeout defaults to above the
+    client's own (its timeout times its tries, plus 5 s), so a slow server ends in the client's
+    message naming the server.
     """
 
     name = "search"
@@ -394,6 +398,9 @@ class SearchTools(ToolGroup):
         max_query_chars: int = 1000,
         timeout_s: float | None | Literal["default"] = "default",
     ) -> None:
+        client_timeout = getattr(backend, "timeout_s", None)
+        if timeout_s == "default" and client_timeout is not None:
+            timeout_s = client_timeout * (getattr(backend, "retries", 0) + 1) + 5.0
         super().__init__(timeout_s=timeout_s)
         if isinstance(max_topk, bool) or not isinstance(max_topk, int) or max_topk < 1:
             raise ValueError(f"SearchTools: max_topk must be a positive integer, got {max_topk!r}")

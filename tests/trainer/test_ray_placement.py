@@ -96,3 +96,22 @@ def test_fsdp2_learners_on_ray_resume_exactly(tiny_overrides):
     one_process = config(tiny_overrides, "one", "placement.backend=ray", "trainer.max_steps=1")
     train(one_process)
     assert steps(straight)[0]["sync/gigabytes"] == steps(one_process)[0]["sync/gigabytes"]
+
+
+def test_a_lora_policy_on_ray_syncs_its_adapters_alone_and_trains_like_local(tiny_overrides):
+    """LoRA on Ray: the adapters reach the engine actors through the object store (no broadcast of
+    merged weights), the engine samples with the trainer's logprobs, and the steps equal a local run's."""
+    lora = ["model.lora_rank=4", "model.lora_alpha=8", "optim.lr=5e-2", "algorithm.kl_coef=0.1"]
+    ray_run = ["placement.backend=ray", "placement.mode=disaggregated"]
+    local = config(tiny_overrides, "lora-local", *lora)
+    train(local)
+    adapter = config(tiny_overrides, "lora-adapter", *lora, *ray_run)
+    train(adapter)
+    merged = config(tiny_overrides, "lora-merged", *lora, *ray_run, "placement.lora_sync=merged")
+    train(merged)
+    assert_same_steps(steps(local), steps(adapter))
+    assert_same_steps(steps(local), steps(merged))
+    for by_adapter, by_merged in zip(steps(adapter), steps(merged), strict=True):
+        assert by_adapter["sync/logprob_max_gap"] < 1e-4 and by_merged["sync/logprob_max_gap"] < 1e-4
+        assert 0 < by_adapter["sync/bytes"] < 0.25 * by_merged["sync/bytes"]
+        assert "sync/buckets" in by_merged and "sync/buckets" not in by_adapter  # no broadcast

@@ -318,8 +318,8 @@ class PlacementConfig(Section):
     """backend=ray, colocated: the learner's models and optimizer state move to CPU while engines generate."""
     lora_sync: Literal["adapter", "merged"] = "adapter"
     """How a LoRA policy reaches the engines: "adapter" sends the adapters alone (~1% of the bytes)
-    to an engine that applies them itself (the embedded hf engine and vLLM; other engines and Ray
-    placement get merged weights); "merged" always sends the full merged weights."""
+    to an engine that applies them itself (the embedded hf engine and vLLM, also on Ray; other
+    engines get merged weights); "merged" always sends the full merged weights."""
     verify_sync: bool = False
     """After each weight sync, sample a probe completion from the engine and log the largest gap
     between its sampler logprobs and the trainer's (sync/logprob_max_gap; ~0 when the sync is exact
@@ -350,8 +350,7 @@ class AloftConfig(Section):
         """Settings only the engine's backend takes, as constructor arguments: the section's own, and
         for vLLM the policy's LoRA rank when syncs send adapters alone (vLLM sizes LoRA at start)."""
         options = self.engine.backend_options()
-        adapter_sync = self.placement.backend == "local" and self.placement.lora_sync == "adapter"
-        if self.engine.backend == "vllm" and self.model.lora_rank and adapter_sync:
+        if self.engine.backend == "vllm" and self.model.lora_rank and self.placement.lora_sync == "adapter":
             options["max_lora_rank"] = self.model.lora_rank
         return options
 

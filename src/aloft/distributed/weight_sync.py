@@ -40,6 +40,7 @@ class SyncStats:
     def metrics(self, prefix: str = "sync/") -> dict[str, float]:
         return {
             f"{prefix}seconds": self.seconds,
+            f"{prefix}bytes": float(self.bytes),  # as a local run's sync reports them
             f"{prefix}gigabytes": self.bytes / 1e9,
             f"{prefix}gb_per_s": self.gb_per_s,
             f"{prefix}buckets": float(self.buckets),

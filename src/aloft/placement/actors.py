@@ -15,10 +15,11 @@ import torch.distributed as dist
 
 from aloft.config import AloftConfig
 from aloft.distributed import LOOPBACK, WeightReceiver, WeightSender, free_port, side_group
+from aloft.inference.base import supports_lora_sync
 from aloft.models.compute_thread import on_compute_thread
 from aloft.trainer.components import seed_everything
 from aloft.trainer.learner import Learner, build_learner
-from aloft.types import Completion, GenerationRequest, Trajectory, TrajectoryGroup
+from aloft.types import Completion, GenerationRequest, LoraAdapters, Trajectory, TrajectoryGroup
 
 SYNC_GROUP = "aloft_weight_sync"
 
@@ -80,6 +81,12 @@ class LearnerActor:
             return {}
         return self.sender.send(weights).metrics("sync/")
 
+    def lora_adapters(self) -> LoraAdapters | None:
+        """A LoRA policy's adapters alone for an adapter-only sync (every rank gathers: a collective
+        under FSDP2); rank 0 returns them, the other ranks None."""
+        adapters = self._learner.policy.lora_adapters()
+        return adapters if self.sender is not None else None
+
     def max_logprob_gap(self, trajectories: list[Trajectory]) -> float:
         return self._learner.max_logprob_gap(trajectories)
 
@@ -135,6 +142,15 @@ class EngineActor:
         weights, _ = await asyncio.to_thread(self.receiver.receive)
         started = asyncio.get_running_loop().time()
         await self.engine.update_weights(weights, version)
+        return asyncio.get_running_loop().time() - started
+
+    def supports_lora_sync(self) -> bool:
+        return supports_lora_sync(self.engine)
+
+    async def update_lora(self, adapters: LoraAdapters, version: int) -> float:
+        """An adapter-only sync; returns the seconds loading took."""
+        started = asyncio.get_running_loop().time()
+        await self.engine.update_lora(adapters, version)  # type: ignore[attr-defined]
         return asyncio.get_running_loop().time() - started
 
     async def generate(self, requests: list[GenerationRequest]) -> list[Completion]:

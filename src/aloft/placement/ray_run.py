@@ -84,10 +84,18 @@ class RayLearners:
     collectives under FSDP2) and returns rank 0's answer."""
 
     def __init__(
-        self, actors: list[Any], engines: list[Any], engine_handle: RayEngines, colocated: bool, offload: bool
+        self,
+        actors: list[Any],
+        engines: list[Any],
+        engine_handle: RayEngines,
+        colocated: bool,
+        offload: bool,
+        adapter_sync: bool = False,
     ) -> None:
         self.actors, self.engines, self.engine_handle = actors, engines, engine_handle
         self.colocated, self.offload = colocated, offload
+        self.adapter_sync = adapter_sync
+        """A LoRA policy's syncs send its adapters alone (every engine takes ``update_lora``)."""
 
     def _all(self, method: str, *args: Any) -> Any:
         return ray.get([getattr(actor, method).remote(*args) for actor in self.actors])[0]
@@ -96,8 +104,21 @@ class RayLearners:
         return self._all("train_on", ray.put(groups), step)
 
     async def sync_weights(self, version: int) -> dict[str, float]:
-        """Broadcast the policy from rank 0 to every engine; returns bytes, seconds and GB/s."""
+        """Broadcast the policy from rank 0 to every engine; returns bytes, seconds and GB/s. A LoRA
+        policy's adapters (~1% of the bytes) go through Ray's object store instead."""
         started = time.perf_counter()
+        if self.adapter_sync:
+            adapters = (await asyncio.gather(*(actor.lora_adapters.remote() for actor in self.actors)))[0]
+            shared = ray.put(adapters)  # one copy in the object store, read by every engine
+            loads = await asyncio.gather(
+                *(engine.update_lora.remote(shared, version) for engine in self.engines)
+            )
+            self.engine_handle.loaded(version)
+            return {
+                "sync/bytes": float(adapters.nbytes),
+                "sync/load_s": max(loads),
+                "sync/total_s": time.perf_counter() - started,
+            }
         sends = [actor.send_weights.remote() for actor in self.actors]
         loads = [engine.receive_weights.remote(version) for engine in self.engines]
         metrics = (await asyncio.gather(*sends))[0]
@@ -201,8 +222,14 @@ class RayPlacement:
         ]
         self._wire_weight_sync()
         self.engine = RayEngines(self.engines)
+        adapter_sync = bool(cfg.model.lora_rank) and p.lora_sync == "adapter"
         self.learner_group = RayLearners(
-            self.learners, self.engines, self.engine, colocated=colocated, offload=p.offload
+            self.learners,
+            self.engines,
+            self.engine,
+            colocated=colocated,
+            offload=p.offload,
+            adapter_sync=adapter_sync and all(ray.get([e.supports_lora_sync.remote() for e in self.engines])),
         )
 
     def _reserve(self, bundles: list[dict[str, float]], what: str) -> PlacementGroup:

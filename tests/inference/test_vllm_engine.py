@@ -99,6 +99,44 @@ def test_settings_that_split_prompts_are_refused_on_cpu(model_dir, setting, mess
         VLLMEngine(model_dir, dtype="float32", max_model_len=MAX_MODEL_LEN, **setting)
 
 
+def test_after_vllm_fails_inside_a_batch_the_engine_serves_the_next_one(model_dir):
+    """A failure inside vLLM's step fails that batch's requests; the requests it leaves behind are
+    aborted, so the next batch runs (vLLM 0.32 otherwise waits for them forever)."""
+    import threading
+
+    from aloft.inference.vllm_engine import VLLMEngine
+
+    engine = VLLMEngine(model_dir, dtype="float32", max_model_len=MAX_MODEL_LEN)
+    try:
+        executor = engine.llm.llm_engine.engine_core.engine_core.model_executor
+        execute_model, calls = executor.execute_model, []
+
+        def fail_once(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == 2:  # mid-decode: the requests are scheduled and hold KV blocks
+                raise RuntimeError("injected model failure")
+            return execute_model(*args, **kwargs)
+
+        executor.execute_model = fail_once
+        sampling = SamplingParams(max_tokens=8, temperature=1.0, seed=11)
+        request = GenerationRequest(prompt_ids=list(range(3, 40)), sampling=sampling)
+        with pytest.raises(RuntimeError, match="injected model failure"):
+            asyncio.run(engine.generate([request]))
+        done: list = []
+        worker = threading.Thread(
+            target=lambda: done.append(asyncio.run(engine.generate([request]))), daemon=True
+        )
+        worker.start()
+        worker.join(60)
+        assert done, "the engine hung after a failed batch"
+        (completion,) = done[0]
+        assert len(completion.token_ids) == 8
+        assert asyncio.run(engine.generate([request]))[0].token_ids == completion.token_ids  # same seed
+        assert engine.llm.reset_prefix_cache()  # every KV block was freed
+    finally:
+        engine.close()
+
+
 def _peft_policy(model_dir: str, seed: int):
     """The tiny model with rank-4 adapters on every projection vLLM adapts, B drawn at random (a fresh
     peft B is zero, which would hide a wrong merge)."""

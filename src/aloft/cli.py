@@ -40,8 +40,29 @@ def main(argv: list[str] | None = None) -> int:
         return _experiment(args)
     if args.command == "data":
         return _data(args, data)
+    if args.command == "report":
+        return _report(args)
     parser.print_help()
     return 1
+
+
+def _report(args: argparse.Namespace) -> int:
+    from aloft.report import ReportError, build_report
+
+    if args.samples_per_step < 1:
+        print("aloft: report error: --samples-per-step must be at least 1", file=sys.stderr)
+        return 2
+    out = args.out or os.path.join(args.runs[0], "report.html")
+    try:
+        path = build_report(args.runs, out, samples_per_step=args.samples_per_step)
+    except ReportError as error:
+        print(f"aloft: report error: {error}", file=sys.stderr)
+        return 2
+    except ImportError as error:
+        print(f"aloft: report needs {error.name}: pip install 'aloft[report]'", file=sys.stderr)
+        return 2
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+    return 0
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
@@ -51,6 +72,18 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     parser.add_argument("--version", action="version", version=f"aloft {__version__}")
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("train", help="train (or resume) a run: aloft train PRESET_OR_YAML [key=value ...]")
+    rep = sub.add_parser(
+        "report",
+        help="one HTML page of runs' curves, evals, config and trajectories: aloft report RUN [RUN ...]",
+    )
+    rep.add_argument("runs", nargs="+", help="run directories (runs/<name>); several are overlaid")
+    rep.add_argument("--out", default=None, help="the HTML file (default: RUN/report.html of the first run)")
+    rep.add_argument(
+        "--samples-per-step",
+        type=int,
+        default=32,
+        help="trajectories per step in the browser (whole groups first)",
+    )
     ev = sub.add_parser(
         "eval",
         help="mean reward and pass@k of a model, run or checkpoint (LoRA too, unexported) on a dataset",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -29,7 +30,8 @@ class JsonlSink:
         self._file = self.path.open("a")
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
-        row = {"step": step, **{k: _finite(v) for k, v in metrics.items()}}
+        # "time" (Unix seconds) gives reports their wall-clock axis.
+        row = {"step": step, "time": round(time.time(), 3), **{k: _finite(v) for k, v in metrics.items()}}
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()
 

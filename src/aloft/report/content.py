@@ -1,0 +1,200 @@
+"""What a report shows, as plain data for the page: curves by section, configs and their diff, the
+eval table, and the trajectories of the browser.
+
+Trajectories are kept compact: each run's token texts are a table (decoded once per distinct id),
+and each trajectory holds ids, a loss-mask string and logprobs rounded to 1e-4, so a 200-step run
+stays a file a browser opens quickly. Per step at most ``samples_per_step`` trajectories are kept,
+whole groups first.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from aloft.report.runs import RunRecord, read_rollouts
+
+__all__ = ["SECTIONS", "build_payload", "config_diff", "flatten", "metric_sections"]
+
+SECTIONS: list[tuple[str, re.Pattern[str]]] = [
+    ("Reward", re.compile(r"^(reward/|rollout/)")),
+    ("Eval", re.compile(r"^eval/")),
+    ("Env metrics", re.compile(r"^env/")),
+    ("Lengths and turns", re.compile(r"^(completion/|prompt/|status/|train/|mask/)")),
+    ("Policy: loss, KL, entropy, clipping", re.compile(r"^(policy/|advantage/|critic/|value/)")),
+    ("Off-policy: staleness and importance weights", re.compile(r"^(async/|off_policy/|sampling/)")),
+    ("Sampler vs trainer logprobs", re.compile(r"^(logprob/|sync/logprob)")),
+    ("Timing and throughput", re.compile(r"^(timing/|throughput/|sync/)")),
+]
+"""Sections of the curves, each taking the metrics its pattern matches (first match wins); the first
+section is open when the page loads, the others draw when opened."""
+
+_NOT_CURVES = {"step", "time", "policy_version"}
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def config_diff(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Keys whose values differ between the (flattened) configs: ``[{"key", "values": [...]}]``."""
+    flat = [flatten(config) for config in configs]
+    keys = sorted(set().union(*flat)) if flat else []
+    return [
+        {"key": key, "values": [f.get(key) for f in flat]}
+        for key in keys
+        if len({repr(f.get(key)) for f in flat}) > 1
+    ]
+
+
+def metric_sections(runs: list[RunRecord]) -> list[dict[str, Any]]:
+    """``[{"title", "keys"}]``: every metric any run logged, grouped; unmatched ones under "Other"."""
+    keys = sorted({key for run in runs for row in [*run.steps, *run.evals] for key in row} - _NOT_CURVES)
+    sections: list[dict[str, Any]] = [{"title": title, "keys": []} for title, _ in SECTIONS]
+    other: list[str] = []
+    # reward/mean first, then the rest by name (a section's first chart is the one people look for).
+    keys = sorted(keys, key=lambda key: (not key.endswith("reward/mean"), key))
+    for key in keys:
+        for section, (_, pattern) in zip(sections, SECTIONS, strict=True):
+            if pattern.match(key):
+                section["keys"].append(key)
+                break
+        else:
+            other.append(key)
+    if other:
+        sections.append({"title": "Other", "keys": other})
+    return [section for section in sections if section["keys"]]
+
+
+def build_payload(runs: list[RunRecord], samples_per_step: int, tokenizers: list[Any]) -> dict[str, Any]:
+    """The page's data: one entry per run, the curve sections and the config diff."""
+    return {
+        "runs": [_run_payload(run, samples_per_step, tok) for run, tok in zip(runs, tokenizers, strict=True)],
+        "sections": metric_sections(runs),
+        "config_diff": config_diff([run.config for run in runs]) if len(runs) > 1 else [],
+    }
+
+
+def _run_payload(run: RunRecord, samples_per_step: int, tokenizer: Any) -> dict[str, Any]:
+    start = next((row["time"] for row in run.steps if isinstance(row.get("time"), int | float)), None)
+    trajectories = {step: _step_trajectories(run, step, samples_per_step) for step in run.rollout_steps}
+    ids = {i for records in trajectories.values() for record in records for i in record["ids"]}
+    return {
+        "name": run.name,
+        "path": str(run.path),
+        "config": flatten(run.config),
+        "steps": _columns(run.steps, start),
+        "evals": _columns(run.evals, start),
+        "eval_table": _eval_table(run.evals),
+        "notes": run.notes,
+        "tokens": _token_texts(ids, tokenizer),
+        "trajectories": {str(step): records for step, records in trajectories.items()},
+    }
+
+
+def _columns(rows: list[dict[str, Any]], start: float | None) -> dict[str, list[Any]]:
+    """Rows -> columns (``step``, ``minutes`` since the run's first step, one list per metric;
+    null where a row lacks the metric or it is not finite)."""
+    keys = sorted({key for row in rows for key in row} - {"time"})
+    columns = {key: [_number(row.get(key)) for row in rows] for key in keys}
+    if start is not None:
+        columns["minutes"] = [
+            round((row["time"] - start) / 60, 4) if isinstance(row.get("time"), int | float) else None
+            for row in rows
+        ]
+    return columns
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return value
+
+
+_PASS = re.compile(r"^eval/(?:(?P<label>[^/]+)/)?(?P<metric>pass@\d+|reward/mean|error_share)$")
+
+
+def _eval_table(evals: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``[{"step", "label", "reward/mean", "pass@1", ...}]``: one row per eval and eval set."""
+    table = []
+    for row in evals:
+        by_label: dict[str, dict[str, Any]] = {}
+        for key, value in row.items():
+            match = _PASS.match(key)
+            if match and _number(value) is not None:
+                label = match.group("label") or "eval"
+                by_label.setdefault(label, {"step": row.get("step"), "label": label})[
+                    match.group("metric")
+                ] = value
+        table.extend(by_label.values())
+    return table
+
+
+def _step_trajectories(run: RunRecord, step: int, samples_per_step: int) -> list[dict[str, Any]]:
+    """Up to ``samples_per_step`` trajectories of the step, whole groups first, compacted."""
+    records = list(read_rollouts(run, step))
+    by_group: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        by_group.setdefault(record.get("group_id", ""), []).append(record)
+    kept: list[dict[str, Any]] = []
+    for group_id, members in by_group.items():
+        if len(kept) >= samples_per_step:
+            break
+        for index, record in enumerate(members[: samples_per_step - len(kept)]):
+            kept.append(_compact(record, group_id, index))
+    return kept
+
+
+def _compact(record: dict[str, Any], group_id: str, index: int) -> dict[str, Any]:
+    ids = [int(i) for i in record.get("completion_ids", [])]
+    mask = record.get("loss_mask", [])
+    info = record.get("info", {}) or {}
+    token_rewards = record.get("rewards", [])
+    return {
+        "group": group_id,
+        "sample": index,
+        "status": record.get("status"),
+        "reward": _number(record.get("reward")),
+        "env": info.get("env_class", ""),
+        "version": record.get("policy_version"),
+        "prompt": record.get("prompt", ""),
+        "text": record.get("completion", ""),
+        "ids": ids,
+        "mask": "".join("1" if m else "0" for m in mask),
+        "lp": [round(float(x), 4) for x in record.get("sampler_logprobs", [])],
+        "tlp": [round(float(x), 4) for x in record["trainer_logprobs"]]
+        if record.get("trainer_logprobs")
+        else None,
+        "adv": record.get("advantage"),
+        "turn_rewards": _turn_rewards(mask, token_rewards),
+        "error": info.get("error"),
+        "metrics": record.get("metrics", {}),
+    }
+
+
+def _turn_rewards(mask: list[int], token_rewards: list[float]) -> list[float]:
+    """The reward of each policy turn (a run of trained tokens): the sum of its tokens' rewards."""
+    turns: list[float] = []
+    inside = False
+    for m, r in zip(mask, token_rewards, strict=False):
+        if m and not inside:
+            turns.append(0.0)
+        inside = bool(m)
+        if m:
+            turns[-1] += float(r)
+    return [round(t, 6) for t in turns]
+
+
+def _token_texts(ids: set[int], tokenizer: Any) -> dict[str, str]:
+    """``{id: text}`` for the ids shown (each decoded once); ``⟨id⟩`` without a tokenizer."""
+    if tokenizer is None:
+        return {str(i): f"⟨{i}⟩" for i in ids}
+    return {str(i): tokenizer.decode([i]) for i in ids}

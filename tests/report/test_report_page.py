@@ -191,3 +191,17 @@ def test_a_damaged_metrics_line_names_the_file_and_line(digits_run, tmp_path, ca
     (damaged / "metrics.jsonl").write_text("\n".join([lines[0], "{not json", *lines[1:]]) + "\n")
     assert main(["report", str(damaged)]) == 2
     assert f"{damaged / 'metrics.jsonl'}:2: not a JSON line" in capsys.readouterr().err
+
+
+def test_the_browser_shows_the_advantage_and_the_trainers_logprob_of_a_trained_run(
+    digits_run, open_page, tmp_path
+):
+    build_report([digits_run], tmp_path / "r.html")
+    page = open_page(tmp_path / "r.html")
+    page.select_option("#f-step", "1")
+    first = json.loads((digits_run / "rollouts" / "step_1.jsonl").read_text().splitlines()[0])
+    page.click("#traj-list li[data-index='0']")
+    assert f"advantage {first['advantage']:.4g}" in page.inner_text("#traj-view .meta")
+    i = first["loss_mask"].index(1)
+    tip = page.get_attribute(f"#traj-view .tok[data-i='{i}']", "title")
+    assert tip.endswith(f"trainer logprob {first['trainer_logprobs'][i]:.4g}"), tip

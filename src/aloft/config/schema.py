@@ -245,7 +245,10 @@ class TrainerConfig(Section):
     export_final: bool = True
     """Write the final policy in HF format to <run>/export/."""
     save_rollouts: bool = True
-    """Write every step's trajectories to <run>/rollouts/step_<n>.jsonl."""
+    """Write every step's trajectories to <run>/rollouts/step_<n>.jsonl, with what the update used
+    (each trajectory's advantage and the trainer's logprobs): what `aloft report` browses."""
+    rollouts_per_step: NonNegativeInt = 0
+    """Most trajectories a rollouts file keeps, whole groups first (0: all); failed ones are always kept."""
     max_error_share: float = Field(0.5, ge=0.0, le=1.0)
     """Failed trajectories (the env or the engine raised) are never trained on; a step in which more
     than this share of them failed stops the run with the first error (1.0: only when all fail)."""

@@ -90,6 +90,9 @@ class LearnerActor:
     def max_logprob_gap(self, trajectories: list[Trajectory]) -> float:
         return self._learner.max_logprob_gap(trajectories)
 
+    def trained_tokens(self) -> dict[str, dict[str, Any]]:
+        return self._learner.trained
+
     def write_state(self, directory: str | None) -> None:
         self._learner.write_state(Path(directory) if directory else None)
 

@@ -129,6 +129,9 @@ class RayLearners:
     def max_logprob_gap(self, trajectories: list[Trajectory]) -> float:
         return self._all("max_logprob_gap", trajectories)
 
+    def trained_tokens(self) -> dict[str, dict[str, Any]]:
+        return ray.get(self.actors[0].trained_tokens.remote())  # rank 0's rows
+
     def write_state(self, directory: Path | None) -> None:
         ray.get([actor.write_state.remote(str(directory) if directory else None) for actor in self.actors])
 

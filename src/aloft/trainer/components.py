@@ -297,6 +297,7 @@ _RESUMABLE_CHANGES = {
     "trainer.wandb_mode",
     "trainer.mlflow_tracking_uri",
     "trainer.save_rollouts",
+    "trainer.rollouts_per_step",
     "trainer.export_final",
 }
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -46,6 +46,8 @@ class Learner:
     reference: ReferenceWorker | None
     critic: CriticWorker | None
     pad_token_id: int
+    trained: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """What the last update trained each trajectory with (see ``trained_tokens``)."""
 
     @property
     def rank(self) -> int:
@@ -121,6 +123,8 @@ class Learner:
             if epoch == 0:
                 metrics.update(policy_metrics)
         metrics["train/policy_tokens"] = float(batch.loss_mask.sum())
+        trainer_logprobs = old_logprobs if old_logprobs is not None else self.policy.update_logprobs
+        self.trained = trained_tokens(groups, batch, advantages, trainer_logprobs)
         return metrics
 
     def _mini_batches(self, batch: TrainBatch, num_groups: int, step: int, epoch: int) -> list[list[int]]:
@@ -199,6 +203,10 @@ class Learners(Protocol):
 
     def max_logprob_gap(self, trajectories: list[Trajectory]) -> float: ...
 
+    def trained_tokens(self) -> dict[str, dict[str, Any]]:
+        """Per trajectory of the last update: its advantage and the trainer's logprobs (main rank)."""
+        ...
+
     def write_state(self, directory: Path | None) -> None: ...
 
     def read_state(self, directory: Path) -> None: ...
@@ -241,6 +249,9 @@ class LocalLearners:
 
     def max_logprob_gap(self, trajectories: list[Trajectory]) -> float:
         return on_compute_thread(self.learner.max_logprob_gap, trajectories)
+
+    def trained_tokens(self) -> dict[str, dict[str, Any]]:
+        return self.learner.trained
 
     def write_state(self, directory: Path | None) -> None:
         on_compute_thread(self.learner.write_state, directory)
@@ -321,6 +332,39 @@ def build_learner(cfg: AloftConfig) -> Learner:
             ),
         )
     return Learner(cfg=cfg, policy=policy, reference=reference, critic=critic, pad_token_id=int(pad))
+
+
+def trained_tokens(
+    groups: list[TrajectoryGroup],
+    batch: TrainBatch,
+    advantages: torch.Tensor,
+    trainer_logprobs: torch.Tensor | None,
+) -> dict[str, dict[str, Any]]:
+    """Per trajectory (``"<group_id>/<index in group>"``, the batch's row order), what the update
+    used on its trained tokens: ``advantage`` (one number when every trained token has the same, as
+    under group baselines; else one per completion token, 0 where not trained) and
+    ``trainer_logprobs`` (the trainer's pre-update logprob of each completion token; None where this
+    rank did not compute the row). Rounded to 1e-4: they are for reading, not for resuming."""
+    out: dict[str, dict[str, Any]] = {}
+    row = 0
+    for group in groups:
+        for index, trajectory in enumerate(group.trajectories):
+            if not trajectory.prompt_ids:
+                continue
+            width = len(trajectory.completion_ids)
+            mask = batch.loss_mask[row, :width].bool()
+            advantage = advantages[row, :width].float()
+            trained = advantage[mask]
+            if trained.numel() and bool((trained == trained[0]).all()):
+                adv: Any = round(float(trained[0]), 4)
+            else:
+                adv = [round(float(a), 4) if m else 0.0 for a, m in zip(advantage, mask, strict=True)]
+            logprobs = None
+            if trainer_logprobs is not None and not bool(trainer_logprobs[row, :width][mask].isnan().any()):
+                logprobs = [round(float(x), 4) for x in trainer_logprobs[row, :width]]
+            out[f"{group.group_id}/{index}"] = {"advantage": adv, "trainer_logprobs": logprobs}
+            row += 1
+    return out
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:

@@ -254,7 +254,7 @@ class Trainer:
         }
         c.logger.log(metrics, step)
         if cfg.save_rollouts and self.is_main:
-            self._save_rollouts(batch.groups, step, batch.failed)
+            self._save_rollouts(batch.groups, step, batch.failed, trained=True)
         self.last.update(metrics)
         if (cfg.eval_every and step % cfg.eval_every == 0 or step == cfg.max_steps) and self.is_main:
             self.last.update(await self.run_eval())
@@ -295,14 +295,26 @@ class Trainer:
     def _rollouts_path(self, step: int) -> Path:
         return self.c.run_dir / "rollouts" / f"step_{step}.jsonl"
 
-    def _save_rollouts(self, groups: list[TrajectoryGroup], step: int, failed: list[Trajectory]) -> None:
-        """Every trajectory of the step, trained ones first, then the failed ones with their errors."""
+    def _save_rollouts(
+        self, groups: list[TrajectoryGroup], step: int, failed: list[Trajectory], trained: bool = False
+    ) -> None:
+        """The step's trajectories (at most ``trainer.rollouts_per_step``, whole groups first), then
+        the failed ones with their errors. ``trained``: the update ran, so each trajectory also gets
+        the advantage and trainer logprobs it was trained with."""
         path = self._rollouts_path(step)
         path.parent.mkdir(parents=True, exist_ok=True)
         decode = self.c.tokenizer.decode
+        used = self.c.learners.trained_tokens() if trained else {}
+        limit = self.cfg.trainer.rollouts_per_step or None
+        kept: list[tuple[Trajectory, dict[str, Any]]] = []
+        for g in groups:
+            if limit and kept and len(kept) + len(g.trajectories) > limit:
+                break
+            kept += [(t, used.get(f"{g.group_id}/{k}", {})) for k, t in enumerate(g.trajectories)]
+        kept = kept[:limit]  # a first group larger than the limit is cut
         with path.open("w") as f:
-            for t in [*(t for g in groups for t in g.trajectories), *failed]:
-                f.write(json.dumps(rollout_record(t, decode)) + "\n")
+            for t, extra in [*kept, *((t, {}) for t in failed)]:
+                f.write(json.dumps({**rollout_record(t, decode), **extra}) + "\n")
 
 
 def rollout_record(t: Trajectory, decode: Any) -> dict[str, Any]:

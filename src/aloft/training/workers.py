@@ -178,6 +178,8 @@ class PolicyWorker(_Trainable):
             model = with_lora(model, lora)
             self.lora_scale = lora_scale(lora)
         self.model = self.strategy.wrap(model)
+        self.update_logprobs: torch.Tensor | None = None
+        """The last on-policy update's pre-update logprobs, [B, T] (see ``update``)."""
         self._init_optim()
 
     def _logprobs_and_entropy(
@@ -229,6 +231,11 @@ class PolicyWorker(_Trainable):
         self.entropy_in_loss = algo.entropy_coef != 0
         policy_loss = get_policy_loss(algo.policy_loss)
         totals: dict[str, float] = defaultdict(float)
+        # On-policy, the update's own forward gives the pre-update logprobs: kept for the rollouts
+        # file ([B, T]; NaN on rows another data-parallel rank computed).
+        self.update_logprobs = (
+            torch.full(batch.loss_mask.shape, float("nan")) if old_logprobs is None else None
+        )
         for rows in mini_batches:
             mini = batch.select(rows)
             normalizer = LossNormalizer.from_mask(mini.loss_mask, max_len=max_len)
@@ -244,6 +251,8 @@ class PolicyWorker(_Trainable):
                 mask = micro.loss_mask
                 logprobs, entropy = self._logprobs_and_entropy(micro, with_entropy=True)
                 old = old_logprobs[global_rows, :t] if old_logprobs is not None else logprobs.detach()
+                if self.update_logprobs is not None and scale > 0:
+                    self.update_logprobs[global_rows, :t] = logprobs.detach().float().cpu()
                 loss, metrics = policy_loss(
                     logprobs,
                     old,

@@ -2,9 +2,9 @@
 eval table, and the trajectories of the browser.
 
 Trajectories are kept compact: each run's token texts are a table (decoded once per distinct id),
-and each trajectory holds ids, a loss-mask string and logprobs rounded to 1e-4, so a 200-step run
-stays a file a browser opens quickly. Per step at most ``samples_per_step`` trajectories are kept,
-whole groups first.
+and each trajectory holds ids, a loss-mask string, sampler logprobs rounded to 1e-4 and the
+trainer's as differences from them (mostly 0). Per step at most ``samples_per_step`` trajectories
+are kept, whole groups first; the page gzips the whole (``aloft.report.page``).
 """
 
 from __future__ import annotations
@@ -139,17 +139,16 @@ def _eval_table(evals: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _step_trajectories(run: RunRecord, step: int, samples_per_step: int) -> list[dict[str, Any]]:
-    """Up to ``samples_per_step`` trajectories of the step, whole groups first, compacted."""
-    records = list(read_rollouts(run, step))
-    by_group: dict[str, list[dict[str, Any]]] = {}
-    for record in records:
-        by_group.setdefault(record.get("group_id", ""), []).append(record)
+    """Up to ``samples_per_step`` trajectories of the step, in file order (a group's samples are
+    written together, so whole groups come first), compacted. Reading stops once they are found."""
     kept: list[dict[str, Any]] = []
-    for group_id, members in by_group.items():
+    index_in_group: dict[str, int] = {}
+    for record in read_rollouts(run, step):
+        group_id = record.get("group_id", "")
+        index = index_in_group[group_id] = index_in_group.get(group_id, -1) + 1
+        kept.append(_compact(record, group_id, index))
         if len(kept) >= samples_per_step:
             break
-        for index, record in enumerate(members[: samples_per_step - len(kept)]):
-            kept.append(_compact(record, group_id, index))
     return kept
 
 
@@ -158,6 +157,8 @@ def _compact(record: dict[str, Any], group_id: str, index: int) -> dict[str, Any
     mask = record.get("loss_mask", [])
     info = record.get("info", {}) or {}
     token_rewards = record.get("rewards", [])
+    sampler = [round(float(x), 4) for x in record.get("sampler_logprobs", [])]
+    trainer = [float(x) for x in record.get("trainer_logprobs") or []]
     return {
         "group": group_id,
         "sample": index,
@@ -166,13 +167,12 @@ def _compact(record: dict[str, Any], group_id: str, index: int) -> dict[str, Any
         "env": info.get("env_class", ""),
         "version": record.get("policy_version"),
         "prompt": record.get("prompt", ""),
-        "text": record.get("completion", ""),
         "ids": ids,
         "mask": "".join("1" if m else "0" for m in mask),
-        "lp": [round(float(x), 4) for x in record.get("sampler_logprobs", [])],
-        "tlp": [round(float(x), 4) for x in record["trainer_logprobs"]]
-        if record.get("trainer_logprobs")
-        else None,
+        "lp": sampler,
+        # The trainer's logprobs as differences from the sampler's: mostly 0 on-policy, so the page
+        # stays small; the page adds them back.
+        "tlp_diff": [round(t - s, 4) for t, s in zip(trainer, sampler, strict=True)] if trainer else None,
         "adv": record.get("advantage"),
         "turn_rewards": _turn_rewards(mask, token_rewards),
         "error": info.get("error"),

@@ -3,6 +3,8 @@ data, in one file."""
 
 from __future__ import annotations
 
+import base64
+import gzip
 import html
 import json
 import re
@@ -31,8 +33,13 @@ def render_page(payload: dict[str, Any], title: str) -> str:
         "PLOTLY": get_plotlyjs(),
         "APP": (assets / "report.js").read_text(encoding="utf-8"),
         "STYLE": (assets / "report.css").read_text(encoding="utf-8"),
-        # "<" escaped: no text in the data (a model's reply included) can close the script element.
-        "DATA": json.dumps(payload, separators=(",", ":")).replace("<", "\\u003c"),
+        # gzip + base64: a long run's trajectories shrink several-fold, and base64 holds no "<" that
+        # could close the script element; the page inflates it (DecompressionStream).
+        "DATA": base64.b64encode(
+            gzip.compress(
+                json.dumps(payload, separators=(",", ":")).encode("utf-8"), compresslevel=1, mtime=0
+            )
+        ).decode("ascii"),
         "TITLE": html.escape(f"aloft report: {title}"),
     }
     template = (assets / "report.html").read_text(encoding="utf-8")

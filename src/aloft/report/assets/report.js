@@ -135,14 +135,14 @@
     const env = document.getElementById("f-env").value;
     const min = document.getElementById("f-min").value, max = document.getElementById("f-max").value;
     const text = document.getElementById("f-text").value.toLowerCase();
-    const records = currentRecords();
+    const records = currentRecords(), run = state.data.runs[state.run];
     state.shown = records.map((r, i) => i).filter((i) => {
       const r = records[i];
       if (status && r.status !== status) return false;
       if (env && r.env !== env) return false;
       if (min !== "" && !(r.reward !== null && r.reward >= +min)) return false;
       if (max !== "" && !(r.reward !== null && r.reward <= +max)) return false;
-      if (text && !(r.text.toLowerCase().includes(text) || r.prompt.toLowerCase().includes(text))) return false;
+      if (text && !(completionText(run, r).toLowerCase().includes(text) || r.prompt.toLowerCase().includes(text))) return false;
       return true;
     });
     const list = document.getElementById("traj-list");
@@ -160,7 +160,8 @@
   function tokenSpan(run, r, i) {
     const trained = r.mask[i] === "1";
     const id = r.ids[i];
-    const tip = [`token ${id}`, `sampler logprob ${fmt(r.lp[i])}`, `trainer logprob ${r.tlp ? fmt(r.tlp[i]) : "not recorded"}`];
+    const tlp = trainerLogprob(r, i);
+    const tip = [`token ${id}`, `sampler logprob ${fmt(r.lp[i])}`, `trainer logprob ${tlp === null ? "not recorded" : fmt(tlp)}`];
     return el("span", { class: "tok " + (trained ? "trained" : "env"), title: tip.join(" · "), "data-i": i },
               run.tokens[id] ?? `⟨${id}⟩`);
   }
@@ -230,7 +231,26 @@
   document.getElementById("f-step").addEventListener("change", (e) => { state.step = e.target.value; state.selected = null; fillSteps(); applyFilters(); });
   for (const id of ["f-status", "f-env", "f-min", "f-max", "f-text"]) document.getElementById(id).addEventListener("input", applyFilters);
 
-  window.aloftReport = { state, render, select, applyFilters };
-  render(JSON.parse(document.getElementById("report-data").textContent));
-  document.body.dataset.ready = "true";
+  async function inflate(base64) {
+    const binary = atob(base64);
+    const bytes = new Uint8Array(binary.length);
+    for (let i = 0; i < binary.length; i++) bytes[i] = binary.charCodeAt(i);
+    const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+    return JSON.parse(await new Response(stream).text());
+  }
+
+  // The trainer's logprobs travel as differences from the sampler's (see aloft.report.content).
+  function trainerLogprob(r, i) { return r.tlp_diff ? +(r.lp[i] + r.tlp_diff[i]).toFixed(4) : null; }
+
+  // A trajectory's completion text, joined from its token texts when first searched.
+  function completionText(run, r) {
+    if (r.text === undefined) r.text = r.ids.map((id) => run.tokens[id] ?? "").join("");
+    return r.text;
+  }
+
+  window.aloftReport = { state, render, select, applyFilters, inflate };
+  inflate(document.getElementById("report-data").textContent.trim()).then((data) => {
+    render(data);
+    document.body.dataset.ready = "true";
+  });
 })();

@@ -131,6 +131,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--keep", type=int, default=32, help="trajectories per step in the page (the default)"
     )
+    parser.add_argument(
+        "--all", action=argparse.BooleanOptionalAction, default=True, help="also build a page of every sample"
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="aloft-report-bench-"))
@@ -139,7 +142,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         synthesize(source_run(work), run, args.steps, args.samples, args.tokens)
         rollouts_mb = sum(p.stat().st_size for p in (run / "rollouts").iterdir()) / 1e6
         rows = {}
-        for keep in sorted({args.keep, args.samples}):
+        for keep in sorted({args.keep, args.samples} if args.all else {args.keep}):
             out = work / f"report-{keep}.html"
             started = time.perf_counter()
             build_report([run], out, samples_per_step=keep)

@@ -207,3 +207,16 @@ def test_lora_sync_runs(tmp_path, capsys):
     assert figures["benchmark"] == "lora_sync" and figures["logprob_max_gap"] == 0.0
     assert 0 < figures["bytes_ratio"] < 0.1 and figures["adapter"]["bytes"] > 0
     assert "adapter / merged" in capsys.readouterr().out
+
+
+def test_report_of_a_200_step_run_with_64_samples_builds_in_10_s_and_opens(tmp_path, capsys):
+    """The issue's scale (200 steps x 64 samples; 256-token completions of random ids, an upper bound
+    on the page's size), at the default 32 trajectories per step in the page, in headless Chromium."""
+    bench = load_benchmark("report_build")
+    out = tmp_path / "report.json"
+    figures = bench.main(["--no-all", "--json", str(out)])
+    page = figures["pages"]["32"]
+    assert page["build_s"] < 10, page
+    assert page["load_s"] < 10 and page["show_s"] < 2, page
+    assert page["mb"] < 40, page
+    assert "kept per step" in capsys.readouterr().out

@@ -54,14 +54,25 @@ def _report(args: argparse.Namespace) -> int:
         return 2
     out = args.out or os.path.join(args.runs[0], "report.html")
     try:
+        if args.serve:
+            from aloft.report.serve import serve_report
+
+            serve_report(args.runs, port=args.port, samples_per_step=args.samples_per_step)
+            return 0
         path = build_report(args.runs, out, samples_per_step=args.samples_per_step)
+        print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+        if args.png:
+            from aloft.report import load_run
+            from aloft.report.png import export_pngs
+
+            images = export_pngs([load_run(run) for run in args.runs], args.png)
+            print(f"wrote {len(images)} PNG images to {args.png}")
     except ReportError as error:
         print(f"aloft: report error: {error}", file=sys.stderr)
         return 2
     except ImportError as error:
         print(f"aloft: report needs {error.name}: pip install 'aloft[report]'", file=sys.stderr)
         return 2
-    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
     return 0
 
 
@@ -84,6 +95,13 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         default=32,
         help="trajectories per step in the browser (whole groups first)",
     )
+    rep.add_argument(
+        "--png", default=None, metavar="DIR", help="also write the main curves as PNG images to DIR"
+    )
+    rep.add_argument(
+        "--serve", action="store_true", help="serve the page on 127.0.0.1, refreshed while the runs train"
+    )
+    rep.add_argument("--port", type=int, default=8765, help="--serve: the port (127.0.0.1 only)")
     ev = sub.add_parser(
         "eval",
         help="mean reward and pass@k of a model, run or checkpoint (LoRA too, unexported) on a dataset",

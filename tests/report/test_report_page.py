@@ -205,3 +205,65 @@ def test_the_browser_shows_the_advantage_and_the_trainers_logprob_of_a_trained_r
     i = first["loss_mask"].index(1)
     tip = page.get_attribute(f"#traj-view .tok[data-i='{i}']", "title")
     assert tip.endswith(f"trainer logprob {first['trainer_logprobs'][i]:.4g}"), tip
+
+
+def test_png_export_writes_the_main_curves(digits_run, sql_run, tmp_path, capsys):
+    from PIL import Image
+
+    run, _ = sql_run
+    out = tmp_path / "png"
+    assert (
+        main(["report", str(digits_run), str(run), "--out", str(tmp_path / "r.html"), "--png", str(out)]) == 0
+    )
+    assert "PNG images" in capsys.readouterr().out
+    names = sorted(p.name for p in out.iterdir())
+    assert {"reward_mean.png", "eval_reward_mean.png", "policy_entropy.png", "curves.png"} <= set(names)
+    with Image.open(out / "curves.png") as image:
+        assert image.width > 1000 and image.height > 400
+        colours = image.convert("RGB").getcolors(maxcolors=1 << 20)
+    # Both runs' lines are drawn, in the page's colours (#1f77b4 and #d62728).
+    present = {colour for _, colour in colours}
+    assert (0x1F, 0x77, 0xB4) in present and (0xD6, 0x27, 0x28) in present
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "curves.png").write_bytes((out / "curves.png").read_bytes())
+
+
+def test_the_served_page_redraws_as_the_run_writes(digits_run, browser, tmp_path):
+    """`aloft report RUN --serve`: 127.0.0.1 only; a new metrics row appears without a reload, and the
+    server answers 304 while nothing changed."""
+    import shutil
+    import threading
+    import urllib.error
+    import urllib.request
+
+    from aloft.report.serve import make_report_server
+
+    run = tmp_path / "live"
+    shutil.copytree(digits_run, run)
+    server = make_report_server([str(run)], port=0, refresh_s=0.5)
+    assert server.server_address[0] == "127.0.0.1"
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/"
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(url)
+        page.wait_for_selector("body[data-ready=true]")
+        page.wait_for_function("document.body.dataset.refreshes >= 1", timeout=10_000)
+        assert len(chart(page, "reward/mean")[0]["x"]) == 4
+        etag = urllib.request.urlopen(url + "data").headers["ETag"]
+        request = urllib.request.Request(url + "data", headers={"If-None-Match": etag})
+        with pytest.raises(urllib.error.HTTPError) as unchanged:
+            urllib.request.urlopen(request)
+        assert unchanged.value.code == 304
+        rows = read_metrics(run / "metrics.jsonl")
+        last = [r for r in rows if "policy/loss" in r][-1]
+        with (run / "metrics.jsonl").open("a") as f:  # the trainer writes step 5
+            f.write(json.dumps({**last, "step": 5, "reward/mean": 0.75, "time": last["time"] + 10}) + "\n")
+        page.wait_for_function(
+            "document.getElementById('chart:reward/mean').data[0].x.length === 5", timeout=10_000
+        )
+        assert chart(page, "reward/mean")[0]["y"][-1] == 0.75
+        page.close()
+    finally:
+        server.shutdown()
+        server.server_close()

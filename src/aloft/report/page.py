@@ -14,18 +14,30 @@ from typing import Any
 from aloft.report.content import build_payload
 from aloft.report.runs import RunRecord
 
-__all__ = ["render_report"]
+__all__ = ["encode_payload", "render_page", "render_report", "report_payload"]
 
-_SLOT = re.compile(r"@@(PLOTLY|APP|STYLE|DATA|TITLE)@@")
-
-
-def render_report(runs: list[RunRecord], *, samples_per_step: int = 32) -> str:
-    """The whole page for ``runs`` (overlaid in every chart)."""
-    payload = build_payload(runs, samples_per_step, [_tokenizer(run) for run in runs])
-    return render_page(payload, title=" vs ".join(run.name for run in runs))
+_SLOT = re.compile(r"@@(PLOTLY|APP|STYLE|DATA|TITLE|REFRESH)@@")
 
 
-def render_page(payload: dict[str, Any], title: str) -> str:
+def render_report(runs: list[RunRecord], *, samples_per_step: int = 32, refresh_s: float = 0) -> str:
+    """The whole page for ``runs`` (overlaid in every chart). ``refresh_s`` > 0: the page fetches
+    ``data`` from its server that often and redraws (``aloft.report.serve``)."""
+    payload = report_payload(runs, samples_per_step)
+    return render_page(payload, title=" vs ".join(run.name for run in runs), refresh_s=refresh_s)
+
+
+def report_payload(runs: list[RunRecord], samples_per_step: int) -> dict[str, Any]:
+    return build_payload(runs, samples_per_step, [_tokenizer(run) for run in runs])
+
+
+def encode_payload(payload: dict[str, Any]) -> str:
+    """gzip + base64: a long run's trajectories shrink several-fold, and base64 holds no "<" that
+    could close the page's script element; the page inflates it (DecompressionStream)."""
+    raw = json.dumps(payload, separators=(",", ":")).encode("utf-8")
+    return base64.b64encode(gzip.compress(raw, compresslevel=1, mtime=0)).decode("ascii")
+
+
+def render_page(payload: dict[str, Any], title: str, refresh_s: float = 0) -> str:
     from plotly.offline import get_plotlyjs
 
     assets = resources.files("aloft.report") / "assets"
@@ -33,19 +45,13 @@ def render_page(payload: dict[str, Any], title: str) -> str:
         "PLOTLY": get_plotlyjs(),
         "APP": (assets / "report.js").read_text(encoding="utf-8"),
         "STYLE": (assets / "report.css").read_text(encoding="utf-8"),
-        # gzip + base64: a long run's trajectories shrink several-fold, and base64 holds no "<" that
-        # could close the script element; the page inflates it (DecompressionStream).
-        "DATA": base64.b64encode(
-            gzip.compress(
-                json.dumps(payload, separators=(",", ":")).encode("utf-8"), compresslevel=1, mtime=0
-            )
-        ).decode("ascii"),
+        "DATA": encode_payload(payload),
         "TITLE": html.escape(f"aloft report: {title}"),
+        "REFRESH": f"{refresh_s:g}",
     }
     template = (assets / "report.html").read_text(encoding="utf-8")
-    return _SLOT.sub(
-        lambda match: parts[match.group(1)], template
-    )  # one pass: inserted text is not rescanned
+    # One pass: text put in a slot is not searched for slots again.
+    return _SLOT.sub(lambda match: parts[match.group(1)], template)
 
 
 def _tokenizer(run: RunRecord) -> Any:

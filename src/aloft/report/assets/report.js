@@ -52,6 +52,8 @@
 
   function buildCurves() {
     const root = document.getElementById("curves");
+    // A redraw (the served page's refresh) keeps the sections the reader opened or closed.
+    const wasOpen = new Map([...root.querySelectorAll("details.section")].map((d) => [d.dataset.title, d.open]));
     root.querySelectorAll("details.section").forEach((node) => node.remove());
     state.drawn.clear();
     state.data.sections.forEach((section, index) => {
@@ -60,7 +62,7 @@
       // Closed sections draw when opened: a page with a hundred metrics still opens at once.
       const details = el("details", { class: "section", "data-title": section.title },
                          el("summary", { text: `${section.title} (${section.keys.length})` }), grid);
-      if (index === 0) details.open = true;
+      details.open = wasOpen.has(section.title) ? wasOpen.get(section.title) : index === 0;
       details.addEventListener("toggle", () => { if (details.open) drawSection(details); });
       root.append(details);
       if (details.open) drawSection(details);
@@ -249,8 +251,25 @@
   }
 
   window.aloftReport = { state, render, select, applyFilters, inflate };
+  // Served (aloft report --serve): fetch the data again every few seconds; redraw when it changed.
+  async function refresh(etag) {
+    const response = await fetch("data", { headers: etag ? { "If-None-Match": etag } : {}, cache: "no-store" });
+    if (response.status === 200) {
+      render(await inflate(await response.text()));
+      document.body.dataset.refreshes = String(+(document.body.dataset.refreshes || 0) + 1);
+      return response.headers.get("ETag");
+    }
+    return etag;
+  }
+
   inflate(document.getElementById("report-data").textContent.trim()).then((data) => {
     render(data);
     document.body.dataset.ready = "true";
+    const every = +document.body.dataset.refresh;
+    if (every > 0 && location.protocol.startsWith("http")) {
+      let etag = null;
+      const tick = async () => { try { etag = await refresh(etag); } finally { setTimeout(tick, every * 1000); } };
+      setTimeout(tick, every * 1000);
+    }
   });
 })();

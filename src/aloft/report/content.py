@@ -18,8 +18,8 @@ from aloft.report.runs import RunRecord, read_rollouts
 __all__ = ["SECTIONS", "build_payload", "config_diff", "flatten", "metric_sections"]
 
 SECTIONS: list[tuple[str, re.Pattern[str]]] = [
-    ("Reward", re.compile(r"^(reward/|rollout/)")),
-    ("Eval", re.compile(r"^eval/")),
+    ("Reward and eval", re.compile(r"^(reward/|rollout/|eval/([^/]+/)?(reward/mean|pass@\d+)$)")),
+    ("Eval: lengths and env metrics", re.compile(r"^eval/")),
     ("Env metrics", re.compile(r"^env/")),
     ("Lengths and turns", re.compile(r"^(completion/|prompt/|status/|train/|mask/)")),
     ("Policy: loss, KL, entropy, clipping", re.compile(r"^(policy/|advantage/|critic/|value/)")),
@@ -60,8 +60,8 @@ def metric_sections(runs: list[RunRecord]) -> list[dict[str, Any]]:
     keys = sorted({key for run in runs for row in [*run.steps, *run.evals] for key in row} - _NOT_CURVES)
     sections: list[dict[str, Any]] = [{"title": title, "keys": []} for title, _ in SECTIONS]
     other: list[str] = []
-    # reward/mean first, then the rest by name (a section's first chart is the one people look for).
-    keys = sorted(keys, key=lambda key: (not key.endswith("reward/mean"), key))
+    # reward/mean first, then eval rewards, then the rest by name (the charts people look for first).
+    keys = sorted(keys, key=lambda key: (key != "reward/mean", not key.endswith("reward/mean"), key))
     for key in keys:
         for section, (_, pattern) in zip(sections, SECTIONS, strict=True):
             if pattern.match(key):

@@ -43,8 +43,10 @@ def chromium_path() -> str:
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    """Module-scoped: Playwright's sync API runs an event loop on this thread until it stops, and the
+    tests after this package call asyncio.run (which refuses to start inside a running loop)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:

@@ -10,7 +10,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from aloft.config.schema import AlgorithmConfig
-from aloft.distributed import free_loopback_port, init_loopback_group
+from aloft.distributed import free_loopback_port, init_loopback_group, leave_spawned_rank
 from aloft.training.batch import collate
 from aloft.training.strategies import FSDP2, DeepSpeedZeRO, balance_micro_batches
 from aloft.training.workers import OptimSettings, PolicyWorker
@@ -139,6 +139,7 @@ def _deepspeed_rank(rank: int, port: int, model_dir: str, out: str) -> None:
             torch.save({"metrics": metrics, "grads": grads, "weights": weights}, out)
     finally:
         dist.destroy_process_group()
+    leave_spawned_rank()  # DeepSpeed has aborted a finished rank at interpreter exit
 
 
 def test_deepspeed_zero3_two_ranks_equal_the_single_process_update(tiny_model_dir, tmp_path):

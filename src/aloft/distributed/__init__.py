@@ -1,6 +1,13 @@
 """Multi-process pieces: weight sync over torch.distributed groups."""
 
-from aloft.distributed.group import LOOPBACK, free_loopback_port, free_port, init_loopback_group, side_group
+from aloft.distributed.group import (
+    LOOPBACK,
+    free_loopback_port,
+    free_port,
+    init_loopback_group,
+    leave_spawned_rank,
+    side_group,
+)
 from aloft.distributed.weight_sync import (
     SyncStats,
     WeightReceiver,
@@ -17,5 +24,6 @@ __all__ = [
     "WeightSender",
     "free_loopback_port",
     "init_loopback_group",
+    "leave_spawned_rank",
     "plan_buckets",
 ]

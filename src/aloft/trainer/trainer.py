@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -368,7 +367,7 @@ def _train_on_local_ranks(config: AloftConfig) -> dict[str, float]:
 
 
 def _local_rank(rank: int, config: AloftConfig, ranks: int, port: int, results: Any) -> None:
-    from aloft.distributed import init_loopback_group
+    from aloft.distributed import init_loopback_group, leave_spawned_rank
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // ranks))  # the ranks share this machine's cores
     os.environ["LOCAL_RANK"] = str(rank)  # as torchrun sets it (DeepSpeed reads it)
@@ -384,12 +383,7 @@ def _local_rank(rank: int, config: AloftConfig, ranks: int, port: int, results: 
         raise
     finally:
         dist.destroy_process_group()
-    # The rank's work is done and handed over (results.put writes through): leave without the
-    # interpreter's exit-time teardown, where a library thread still alive once aborted a rank that
-    # had finished ("terminate called without an active exception", SIGABRT; DeepSpeed ZeRO-3 on gloo).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    leave_spawned_rank()  # the result is handed over (results.put writes through)
 
 
 def run_dir_of(config: AloftConfig) -> Path:

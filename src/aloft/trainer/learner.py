@@ -123,8 +123,9 @@ class Learner:
             if epoch == 0:
                 metrics.update(policy_metrics)
         metrics["train/policy_tokens"] = float(batch.loss_mask.sum())
-        trainer_logprobs = old_logprobs if old_logprobs is not None else self.policy.update_logprobs
-        self.trained = trained_tokens(groups, batch, advantages, trainer_logprobs)
+        if self.cfg.trainer.save_rollouts:  # what the rollouts file records next to each trajectory
+            trainer_logprobs = old_logprobs if old_logprobs is not None else self.policy.update_logprobs
+            self.trained = trained_tokens(groups, batch, advantages, trainer_logprobs)
         return metrics
 
     def _mini_batches(self, batch: TrainBatch, num_groups: int, step: int, epoch: int) -> list[list[int]]:

@@ -345,7 +345,7 @@ def trained_tokens(
     used on its trained tokens: ``advantage`` (one number when every trained token has the same, as
     under group baselines; else one per completion token, 0 where not trained) and
     ``trainer_logprobs`` (the trainer's pre-update logprob of each completion token; None where this
-    rank did not compute the row). Rounded to 1e-4: they are for reading, not for resuming."""
+    rank did not compute the row). Rounded (1e-4, 1e-6): they are for reading, not for resuming."""
     out: dict[str, dict[str, Any]] = {}
     row = 0
     for group in groups:
@@ -362,7 +362,7 @@ def trained_tokens(
                 adv = [round(float(a), 4) if m else 0.0 for a, m in zip(advantage, mask, strict=True)]
             logprobs = None
             if trainer_logprobs is not None and not bool(trainer_logprobs[row, :width][mask].isnan().any()):
-                logprobs = [round(float(x), 4) for x in trainer_logprobs[row, :width]]
+                logprobs = [round(float(x), 6) for x in trainer_logprobs[row, :width]]
             out[f"{group.group_id}/{index}"] = {"advantage": adv, "trainer_logprobs": logprobs}
             row += 1
     return out

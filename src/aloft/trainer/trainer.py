@@ -318,8 +318,12 @@ class Trainer:
 
 def rollout_record(t: Trajectory, decode: Any) -> dict[str, Any]:
     """A trajectory as one line of a rollouts file: the decoded prompt and completion, then every
-    field of the trajectory (token ids, loss mask, logprobs, rewards, status, info with any error)."""
-    return {"prompt": decode(t.prompt_ids), "completion": decode(t.completion_ids), **t.to_json()}
+    field of the trajectory (token ids, loss mask, logprobs, rewards, status, info with any error).
+    Logprobs are rounded to 1e-6 (float32 values printed in full take twice the bytes): the file is
+    for reading, resumes never read it."""
+    record = {"prompt": decode(t.prompt_ids), "completion": decode(t.completion_ids), **t.to_json()}
+    record["sampler_logprobs"] = [round(x, 6) for x in t.sampler_logprobs]
+    return record
 
 
 def train(config: AloftConfig) -> dict[str, float]:

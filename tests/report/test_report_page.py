@@ -89,6 +89,15 @@ def test_the_browser_shows_a_multi_turn_text2sql_episode_trained_on_exactly_the_
     )
     assert trained_ids == [i for i, m in zip(first["completion_ids"], first["loss_mask"], strict=True) if m]
     assert "no such column" in turns[3]["text"]  # the failing probe's error, as the env showed it
+    # The probes are marked as tool calls: their tokens, and the turn's heading.
+    calls = page.eval_on_selector_all(
+        "#traj-view .turn.policy",
+        "ts => ts.map(t => [...t.querySelectorAll('.tok.call')].map(s => s.textContent).join(''))",
+    )
+    assert calls[0].startswith("<sql>SELECT name FROM sqlite_master") and calls[0].endswith("</sql>")
+    assert calls[2] == ""  # the answer is not a tool call
+    first_heading = page.inner_text("#traj-view .turn.policy h4")
+    assert first_heading.endswith("tool call: sql")
     tip = page.get_attribute("#traj-view .tok.trained", "title")
     assert tip == f"token {first['completion_ids'][0]} · sampler logprob 0 · trainer logprob not recorded"
     # Each policy turn's reward is the sum of its tokens' rewards (the env's reward lands on its last token).

@@ -168,6 +168,27 @@
               run.tokens[id] ?? `⟨${id}⟩`);
   }
 
+  // Tool calls in a reply: the gym's tag calls (<sql>, <search>, <python>, <calculator>, <code>) and
+  // Hermes/Qwen <tool_call> JSON. Their tokens get the "call" class; returns the tools' names.
+  const CALL = /<(sql|search|python|calculator|code|tool_call)>([\s\S]*?)<\/\1>/g;
+  function markToolCalls(spans) {
+    const starts = [];
+    let text = "";
+    for (const span of spans) { starts.push(text.length); text += span.textContent; }
+    const names = [];
+    for (const match of text.matchAll(CALL)) {
+      let name = match[1];
+      if (name === "tool_call") { try { name = JSON.parse(match[2]).name || name; } catch (e) { /* not JSON: keep the tag */ } }
+      names.push(name);
+      const from = match.index, to = match.index + match[0].length;
+      spans.forEach((span, k) => {
+        const a = starts[k], b = a + span.textContent.length;
+        if (b > from && a < to) span.classList.add("call");
+      });
+    }
+    return names;
+  }
+
   function select(index) {
     state.selected = index;
     for (const li of document.querySelectorAll("#traj-list li")) li.classList.toggle("selected", +li.dataset.index === index);
@@ -194,7 +215,9 @@
       while (end < r.ids.length && (r.mask[end] === "1") === trained) end++;
       const spans = [];
       for (let i = start; i < end; i++) spans.push(tokenSpan(run, r, i));
-      const title = trained ? `policy turn ${turn + 1} · reward ${fmt(r.turn_rewards[turn])} · ${end - start} tokens trained`
+      const calls = trained ? markToolCalls(spans) : [];
+      const called = calls.length ? ` · tool call${calls.length > 1 ? "s" : ""}: ${calls.join(", ")}` : "";
+      const title = trained ? `policy turn ${turn + 1} · reward ${fmt(r.turn_rewards[turn])} · ${end - start} tokens trained${called}`
                             : `env observation · ${end - start} tokens, not trained`;
       parts.push(el("div", { class: "turn " + (trained ? "policy" : "env") }, el("h4", { text: title }), el("div", { class: "tokens" }, ...spans)));
       if (trained) turn++;

@@ -270,3 +270,24 @@ def test_group_advantages_sum_to_zero(make_config, name, batch):
         in_group = per_sequence[group_ids == group]
         scale = max(1.0, float(in_group.abs().max()))
         assert math.isclose(float(in_group.sum()), 0.0, abs_tol=1e-4 * scale * len(in_group))
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "dr_grpo", "rloo"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("value", [0.3, 0.1, 1 / 3, -0.7, 1e-3])
+@pytest.mark.parametrize("size", [2, 3, 6, 7, 16])
+def test_a_tied_group_gets_exactly_zero(estimator, dtype, value, size, make_config):
+    """Issue 23: a group whose samples all scored ``value`` gets advantage 0.0 exactly, next to a
+    group with varied scores that still gets its usual advantages."""
+    tied = torch.full((size, 3), 0.0, dtype=dtype)
+    tied[:, -1] = value
+    varied = torch.zeros(2, 3, dtype=dtype)
+    varied[:, -1] = torch.tensor([value, value + 1.0], dtype=dtype)
+    rewards = torch.cat([tied, varied])
+    mask = torch.ones_like(rewards)
+    group_ids = torch.tensor([0] * size + [1, 1])
+    advantages, _ = get_advantage_estimator(estimator)(rewards, mask, group_ids, None, make_config())
+    assert advantages.dtype == (torch.float64 if dtype == torch.float64 else torch.float32)
+    assert torch.equal(advantages[:size], torch.zeros(size, 3, dtype=advantages.dtype))
+    low, high = advantages[size, 0], advantages[size + 1, 0]
+    assert low < 0 < high and float(low) == pytest.approx(-float(high))

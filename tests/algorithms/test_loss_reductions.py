@@ -31,6 +31,7 @@ def test_normalizer_from_separately_padded_micro_batches():
     [
         ("token_mean", 2.5),  # (1 + 2 + 3 + 4) / 4 tokens
         ("seq_mean_token_mean", 3.0),  # (mean(1, 2, 3) = 2  +  4) / 2 sequences; the empty row adds 0
+        ("seq_mean_token_sum", 5.0),  # ((1 + 2 + 3) + 4) / 2 sequences; the empty row adds 0
         ("seq_mean_token_sum_norm", 10 / 6),  # 10 / (max_len T=3 * 2 sequences)
     ],
 )
@@ -54,7 +55,9 @@ def test_all_masked_batch_gives_zero_not_nan(mode):
 
 
 def test_unknown_mode_lists_the_choices():
-    with pytest.raises(ValueError, match="token_mean, seq_mean_token_mean, seq_mean_token_sum_norm"):
+    with pytest.raises(
+        ValueError, match="token_mean, seq_mean_token_mean, seq_mean_token_sum, seq_mean_token_sum_norm"
+    ):
         aggregate_loss(VALUES, MASK, "mean")
 
 

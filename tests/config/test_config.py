@@ -45,7 +45,7 @@ def test_quickstart_preset_and_overrides():
         (["generator.max_new_tokens=100", "generator.max_total_tokens=50"], "raise max_total_tokens"),
         (
             ["algorithm.loss_reduction=mean"],
-            "'token_mean', 'seq_mean_token_mean' or 'seq_mean_token_sum_norm'",
+            "'token_mean', 'seq_mean_token_mean', 'seq_mean_token_sum' or 'seq_mean_token_sum_norm'",
         ),
         (["trainer.max_steps=-1"], "trainer.max_steps=-1 must be >= 1"),
         (

@@ -49,13 +49,13 @@ def make_batch(vocab: int):
     return batch, advantages
 
 
-def update_on_fixed_batch(worker: PolicyWorker) -> dict[str, float]:
+def update_on_fixed_batch(worker: PolicyWorker, algo: AlgorithmConfig | None = None) -> dict[str, float]:
     """One policy update on ``make_batch``'s rows as a single mini-batch; returns its metrics."""
     batch, advantages = make_batch(worker.model.config.vocab_size)
     return worker.update(
         batch,
         advantages,
-        AlgorithmConfig(),
+        algo or AlgorithmConfig(),
         old_logprobs=None,
         ref_logprobs=None,
         mini_batches=[list(range(ROWS))],
@@ -63,7 +63,9 @@ def update_on_fixed_batch(worker: PolicyWorker) -> dict[str, float]:
     )
 
 
-def train_once(worker: PolicyWorker) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+def train_once(
+    worker: PolicyWorker, algo: AlgorithmConfig | None = None
+) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
     """One update on the fixed batch; returns its metrics and the gradients the optimizer saw (in full)."""
     grads: dict[str, torch.Tensor] = {}
     step = worker._step
@@ -75,8 +77,35 @@ def train_once(worker: PolicyWorker) -> tuple[dict[str, float], dict[str, torch.
         return step()
 
     worker._step = capturing_step
-    metrics = update_on_fixed_batch(worker)
+    metrics = update_on_fixed_batch(worker, algo)
     return metrics, grads
+
+
+@pytest.mark.parametrize("reduction", ["seq_mean_token_sum", "seq_mean_token_mean", "token_mean"])
+def test_a_loss_reduction_gives_the_same_update_with_and_without_micro_batching(tiny_model_dir, reduction):
+    """Issue 23's seq_mean_token_sum (and the others): one row per micro-batch equals the whole
+    mini-batch at once, and on-policy PPO's loss is the hand-derived -sum(A) / sequences."""
+    algo = AlgorithmConfig(loss_reduction=reduction)
+    runs = {}
+    for micro in (1, ROWS):
+        torch.manual_seed(0)
+        worker = PolicyWorker(
+            tiny_model_dir, OptimSettings(lr=1e-3, micro_batch_size=micro, share_prompts=False)
+        )
+        runs[micro] = train_once(worker, algo)
+    (one_metrics, one_grads), (all_metrics, all_grads) = runs[1], runs[ROWS]
+    for name, grad in all_grads.items():
+        assert torch.allclose(one_grads[name], grad, rtol=1e-4, atol=1e-6), name  # fp32 sums in another order
+    batch, advantages = make_batch(worker.model.config.vocab_size)
+    mask = batch.loss_mask
+    # At ratio 1 the clipped PPO token loss is -A: reduce it by hand.
+    expected = {
+        "seq_mean_token_sum": -(advantages * mask).sum() / ROWS,
+        "seq_mean_token_mean": -((advantages * mask).sum(-1) / mask.sum(-1)).sum() / ROWS,
+        "token_mean": -(advantages * mask).sum() / mask.sum(),
+    }[reduction]
+    for metrics in (one_metrics, all_metrics):
+        assert metrics["policy/loss"] == pytest.approx(float(expected), rel=1e-5, abs=1e-6)
 
 
 def settings() -> OptimSettings:

@@ -11,6 +11,12 @@ discounts nor carries a value.
 
 Std convention: every std here (GRPO's group std, the batch whitening of reinforce++) is the unbiased
 one (divide by ``n - 1``), as ``torch.std`` computes by default and as verl/TRL use for GRPO.
+
+Ties: under ``grpo``, ``dr_grpo`` and ``rloo`` a group whose samples all scored the same gets an
+advantage of exactly 0, whatever the value, the group size and the rewards' dtype (group statistics
+are taken in float64, and tied groups are set to 0). verl and skyrl-train take them in the rewards'
+dtype, so six rewards of 0.3 leave an ulp that the std division turns into ~0.03 (fp32) or ~0.9
+(bf16) per token.
 """
 
 from __future__ import annotations
@@ -53,6 +59,22 @@ def _group_sums(per_sequence: torch.Tensor, group_ids: torch.Tensor) -> tuple[to
     sums = per_sequence.new_zeros(num_groups).index_add_(0, group_index, per_sequence)
     sizes = per_sequence.new_zeros(num_groups).index_add_(0, group_index, torch.ones_like(per_sequence))
     return sums[group_index], sizes[group_index]
+
+
+def _scores(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``[B]`` row sums of the policy tokens' rewards, in float64 whatever the rewards' dtype: group
+    statistics taken in bf16 (or fp32) put rounding error where a tied group must get exactly 0."""
+    return torch.where(mask, rewards.to(torch.float64), 0.0).sum(-1)
+
+
+def _tied(per_sequence: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """``[B]`` bool: the sequence's group scored every sample the same (its advantage is exactly 0:
+    a mean of equal numbers can still differ from them by an ulp, and GRPO divides that by ~1e-6)."""
+    _, group_index = torch.unique(group_ids, return_inverse=True)
+    num_groups = int(group_index.max()) + 1 if group_index.numel() else 0
+    high = per_sequence.new_full((num_groups,), -torch.inf).scatter_reduce(0, group_index, per_sequence, "amax")
+    low = per_sequence.new_full((num_groups,), torch.inf).scatter_reduce(0, group_index, per_sequence, "amin")
+    return (high == low)[group_index]
 
 
 def _group_mean_std(per_sequence: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -128,13 +150,19 @@ def _group_relative(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     _check_inputs(rewards, loss_mask, group_ids)
     mask = loss_mask.bool()
-    scores = _masked_rewards(rewards, mask).sum(-1)
+    scores = _scores(rewards, mask)
     mean, std = _group_mean_std(scores, group_ids)
-    # In a group of one, score == mean exactly, so the advantage is 0 (never 0/0).
     advantage = scores - mean
     if divide_by_std:
         advantage = advantage / (std + EPS)
-    return _broadcast(advantage, mask), _broadcast(scores, mask)
+    advantage = torch.where(_tied(scores, group_ids), 0.0, advantage)  # a group of one is tied too
+    return _out(_broadcast(advantage, mask), rewards), _out(_broadcast(scores, mask), rewards)
+
+
+def _out(x: torch.Tensor, rewards: torch.Tensor) -> torch.Tensor:
+    """Back from float64: the rewards' dtype, at least float32 (bf16 advantages would round them)."""
+    dtype = rewards.dtype if rewards.is_floating_point() else torch.float32
+    return x.to(torch.promote_types(dtype, torch.float32))
 
 
 @register_advantage_estimator("grpo")
@@ -186,12 +214,13 @@ def rloo(
     """
     _check_inputs(rewards, loss_mask, group_ids)
     mask = loss_mask.bool()
-    scores = _masked_rewards(rewards, mask).sum(-1)
+    scores = _scores(rewards, mask)
     sums, sizes = _group_sums(scores, group_ids)
     others = sizes - 1
     leave_one_out_mean = (sums - scores) / others.clamp(min=1)
     advantage = torch.where(others > 0, scores - leave_one_out_mean, 0.0)
-    return _broadcast(advantage, mask), _broadcast(scores, mask)
+    advantage = torch.where(_tied(scores, group_ids), 0.0, advantage)
+    return _out(_broadcast(advantage, mask), rewards), _out(_broadcast(scores, mask), rewards)
 
 
 @register_advantage_estimator("reinforce++")

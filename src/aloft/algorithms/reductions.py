@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-LOSS_REDUCTIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
+LOSS_REDUCTIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm")
 """Names accepted by ``aggregate_loss`` (and ``config.loss_reduction``)."""
 
 
@@ -84,6 +84,8 @@ def aggregate_loss(
     - ``token_mean``: ``sum(v * m) / N``; every policy token weighs the same (DAPO).
     - ``seq_mean_token_mean``: ``sum_i mean_t(v_it over policy tokens) / S``; every sequence weighs
       the same (GRPO paper).
+    - ``seq_mean_token_sum``: ``sum_i sum_t(v_it over policy tokens) / S``; each sequence's token
+      sum, averaged over sequences (verl's "seq-mean-token-sum"): a long reply weighs more.
     - ``seq_mean_token_sum_norm``: ``sum(v * m) / (max_len * S)``; a constant divisor, free of length
       bias (Dr.GRPO).
 
@@ -104,6 +106,8 @@ def aggregate_loss(
     if mode == "seq_mean_token_mean":
         tokens_per_sequence = keep.sum(-1).clamp(min=1)
         return (masked.sum(-1) / tokens_per_sequence).sum() / num_sequences
+    if mode == "seq_mean_token_sum":
+        return masked.sum() / num_sequences
     return masked.sum() / (normalizer.max_len * num_sequences)
 
 

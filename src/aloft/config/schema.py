@@ -141,7 +141,9 @@ class AlgorithmConfig(Section):
     """GSPO sequence-ratio epsilon above 1."""
     cispo_clip_high: NonNegativeFloat = 0.28
     """CISPO: the importance weight is clipped at 1 + this."""
-    loss_reduction: Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = "token_mean"
+    loss_reduction: Literal[
+        "token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm"
+    ] = "token_mean"
     """How token losses are averaged over the mini-batch."""
     kl_coef: NonNegativeFloat = 0.0
     """KL to the reference policy; > 0 loads a frozen reference model."""

@@ -18,6 +18,72 @@ def test_import_layers_hold():
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
 
 
+def import_cycles(graph) -> list[list[str]]:
+    """The strongly connected components of more than one module in ``graph`` (Tarjan's algorithm,
+    iterative): each is an import circle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    for root in sorted(graph.modules):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.find_modules_directly_imported_by(root))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            module, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in graph.modules:
+                    continue
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.find_modules_directly_imported_by(child)))))
+                elif child in on_stack:
+                    low[module] = min(low[module], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[module])
+            if low[module] == index[module]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == module:
+                        break
+                if len(component) > 1:
+                    cycles.append(sorted(component))
+    return cycles
+
+
+def test_no_import_circles():
+    """No module of aloft imports, directly or not, one that imports it back (imports made only for
+    type checking aside): a shared piece lives in the lowest layer that needs it (issue 23)."""
+    import grimp
+
+    cycles = import_cycles(grimp.build_graph("aloft", exclude_type_checking_imports=True))
+    assert cycles == [], f"import circles: {cycles}"
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    class Graph:
+        modules = {"a", "b", "c", "d"}
+        edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+
+        def find_modules_directly_imported_by(self, module):
+            return self.edges.get(module, set())
+
+    assert import_cycles(Graph()) == [["a", "b", "c"]]
+
+
 def test_ruff_is_clean():
     result = subprocess.run(
         [sys.executable, "-m", "ruff", "check", "src", "tests", "benchmarks"],

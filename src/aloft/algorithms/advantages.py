@@ -72,7 +72,9 @@ def _tied(per_sequence: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
     a mean of equal numbers can still differ from them by an ulp, and GRPO divides that by ~1e-6)."""
     _, group_index = torch.unique(group_ids, return_inverse=True)
     num_groups = int(group_index.max()) + 1 if group_index.numel() else 0
-    high = per_sequence.new_full((num_groups,), -torch.inf).scatter_reduce(0, group_index, per_sequence, "amax")
+    high = per_sequence.new_full((num_groups,), -torch.inf).scatter_reduce(
+        0, group_index, per_sequence, "amax"
+    )
     low = per_sequence.new_full((num_groups,), torch.inf).scatter_reduce(0, group_index, per_sequence, "amin")
     return (high == low)[group_index]
 

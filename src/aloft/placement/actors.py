@@ -17,8 +17,8 @@ from aloft.config import AloftConfig
 from aloft.distributed import LOOPBACK, WeightReceiver, WeightSender, free_port, side_group
 from aloft.inference.base import supports_lora_sync
 from aloft.models.compute_thread import on_compute_thread
-from aloft.trainer.components import seed_everything
 from aloft.trainer.learner import Learner, build_learner
+from aloft.trainer.seeding import seed_everything
 from aloft.types import Completion, GenerationRequest, LoraAdapters, Trajectory, TrajectoryGroup
 
 SYNC_GROUP = "aloft_weight_sync"

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import shutil
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import numpy as np
-import torch
 import yaml
 
 from aloft.config import AloftConfig, ConfigError, save_config
@@ -24,6 +21,7 @@ from aloft.rollout import EpisodeLimits, Generator
 from aloft.tracking import JsonlSink, MetricsLogger, MlflowSink, RunIds, TensorBoardSink, WandbSink
 from aloft.trainer.learner import Learner, Learners, LocalLearners, build_learner
 from aloft.trainer.preflight import check_envs, check_names, import_plugins, read_data, resolve_model
+from aloft.trainer.seeding import seed_everything
 from aloft.training import CriticWorker, PolicyWorker, ReferenceWorker
 
 T = TypeVar("T")
@@ -137,16 +135,6 @@ class Components:
         shutil.rmtree(final, ignore_errors=True)
         os.rename(tmp, final)
         return final
-
-
-def seed_everything(seed: int, deterministic: bool, num_threads: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-    if num_threads:
-        torch.set_num_threads(num_threads)
-    if deterministic:
-        torch.use_deterministic_algorithms(True)
 
 
 def _load_or_build_rows(cfg: AloftConfig, run_dir: Path) -> tuple[list[DatasetRow], list[DatasetRow]]:

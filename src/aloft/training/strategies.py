@@ -246,7 +246,7 @@ class DeepSpeedZeRO(SingleProcess):
     def build_optimizer(self, model: nn.Module, settings: Any) -> tuple[Any, Any]:
         import deepspeed
 
-        from aloft.training.workers import lr_factor
+        from aloft.training.optim import lr_factor
 
         config = {
             "train_micro_batch_size_per_gpu": 1,

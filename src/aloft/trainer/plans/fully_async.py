@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from aloft.algorithms import drop_failed_trajectories, drop_zero_variance_groups
 from aloft.rollout.generator import _mix
-from aloft.trainer.plans import Batch, register_plan
+from aloft.trainer.plans.base import Batch, register_plan
 from aloft.types import Trajectory, TrajectoryGroup
 
 if TYPE_CHECKING:

@@ -17,10 +17,10 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
-from aloft.trainer.plans import register_plan
+from aloft.trainer.plans.base import register_plan
 
 if TYPE_CHECKING:
-    from aloft.trainer.plans import Batch
+    from aloft.trainer.plans.base import Batch
     from aloft.trainer.trainer import Trainer
 
 

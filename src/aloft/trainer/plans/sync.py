@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from aloft.trainer.plans import register_plan
+from aloft.trainer.plans.base import register_plan
 
 if TYPE_CHECKING:
     from aloft.trainer.trainer import Trainer

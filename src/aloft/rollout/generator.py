@@ -31,6 +31,7 @@ from typing import Any, Protocol, TypeVar
 
 from aloft.gym import Env, make
 from aloft.inference.base import InferenceEngine
+from aloft.seeds import mix_seed
 from aloft.types import (
     Completion,
     GenerationRequest,
@@ -188,7 +189,12 @@ class Generator:
         for i, row in enumerate(rows):
             for j in range(n):
                 episode = self._run_episode(
-                    row, f"{group_prefix}{i}", sampling, seed=_mix(seed, i, j), submit=submit, index=i * n + j
+                    row,
+                    f"{group_prefix}{i}",
+                    sampling,
+                    seed=mix_seed(seed, i, j),
+                    submit=submit,
+                    index=i * n + j,
                 )
                 tasks.append(episode if submit is None else submit.leave_when_done(episode))
         trajectories = await asyncio.gather(*tasks)
@@ -244,7 +250,7 @@ class Generator:
                 request = GenerationRequest(
                     prompt_ids=prompt_ids + completion_ids,
                     sampling=replace(
-                        sampling, max_tokens=min(sampling.max_tokens, budget), seed=_mix(seed, turn)
+                        sampling, max_tokens=min(sampling.max_tokens, budget), seed=mix_seed(seed, turn)
                     ),
                     session_id=f"{group_id}/{seed}",
                 )
@@ -376,12 +382,3 @@ class _Lockstep:
                     future.set_result(done.result()[position])
 
         call.add_done_callback(deliver)
-
-
-def _mix(*values: int) -> int:
-    """A stable 63-bit hash of integers (Python's hash() of ints is stable but too regular)."""
-    h = 0xCBF29CE484222325
-    for v in values:
-        for byte in int(v).to_bytes(8, "little", signed=True):
-            h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return h & 0x7FFFFFFFFFFFFFFF

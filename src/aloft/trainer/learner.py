@@ -31,7 +31,7 @@ from aloft.config import AloftConfig
 from aloft.inference.base import InferenceEngine, supports_lora_sync
 from aloft.models import fast_dtype, load_tokenizer, resolve_model_path
 from aloft.models.compute_thread import on_compute_thread
-from aloft.rollout.generator import _mix
+from aloft.seeds import mix_seed
 from aloft.trainer.step_metrics import env_token_share, sampler_logprob_diff
 from aloft.training import CriticWorker, OptimSettings, PolicyWorker, ReferenceWorker, TrainBatch, collate
 from aloft.training.strategies import FSDP2, DeepSpeedZeRO, Strategy
@@ -134,7 +134,7 @@ class Learner:
         if n == 1:
             return [list(range(batch.num_rows))]
         order = torch.randperm(
-            num_groups, generator=torch.Generator().manual_seed(_mix(self.cfg.trainer.seed, step, epoch))
+            num_groups, generator=torch.Generator().manual_seed(mix_seed(self.cfg.trainer.seed, step, epoch))
         )
         per = max(1, num_groups // n)
         out = []

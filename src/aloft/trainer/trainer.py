@@ -25,7 +25,7 @@ from tqdm import tqdm
 from aloft.algorithms import apply_soft_overlong_penalty, drop_failed_trajectories, drop_zero_variance_groups
 from aloft.config import AloftConfig, ConfigError
 from aloft.models.compute_thread import on_compute_thread
-from aloft.rollout.generator import _mix
+from aloft.seeds import mix_seed
 from aloft.trainer.components import Components, build_components
 from aloft.trainer.evaluation import evaluate
 from aloft.trainer.failures import TooManyFailures, check_error_share
@@ -142,7 +142,7 @@ class Trainer:
 
     async def _generate(self, rows: list[Any], step: int, round_: int) -> list[TrajectoryGroup]:
         return await self.generate_groups(
-            rows, seed=_mix(self.cfg.trainer.seed, step, round_), prefix=f"s{step}r{round_}g"
+            rows, seed=mix_seed(self.cfg.trainer.seed, step, round_), prefix=f"s{step}r{round_}g"
         )
 
     async def generate_groups(self, rows: list[Any], seed: int, prefix: str) -> list[TrajectoryGroup]:

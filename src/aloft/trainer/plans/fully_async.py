@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aloft.algorithms import drop_failed_trajectories, drop_zero_variance_groups
-from aloft.rollout.generator import _mix
+from aloft.seeds import mix_seed
 from aloft.trainer.plans.base import Batch, register_plan
 from aloft.types import Trajectory, TrajectoryGroup
 
@@ -185,7 +185,7 @@ class FullyAsync:
     async def _generate(self, index: int, row: Any) -> None:
         trainer = self.trainer
         try:
-            seed = _mix(trainer.cfg.trainer.seed, 7919, index)
+            seed = mix_seed(trainer.cfg.trainer.seed, 7919, index)
             [group] = trainer.shape_rewards(
                 await trainer.generate_groups([row], seed=seed, prefix=f"a{index}-")
             )

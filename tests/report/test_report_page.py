@@ -276,3 +276,35 @@ def test_the_served_page_redraws_as_the_run_writes(digits_run, browser, tmp_path
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_failed_trajectories_are_in_the_browser_with_their_error(report_model, open_page, tmp_path):
+    """A run whose env raises on some steps: its env_error trajectories (written last in the
+    rollouts file) reach the browser even when the page keeps only the first 2 samples a step, and
+    the status filter finds them with their error."""
+    from aloft.config import load_config
+    from aloft.trainer import Trainer
+    from tests.report.conftest import off_the_browser_loop
+    from tests.trainer.test_every_env import env_training_overrides
+
+    overrides = env_training_overrides("arithmetic", report_model, tmp_path, steps=1, max_new_tokens=6)
+    overrides += [
+        "trainer.name=flaky",
+        "env=test_sometimes_failing",
+        "data.builder=arithmetic",
+        "trainer.imports=[tests.trainer.envs]",
+        "trainer.max_error_share=0.9",
+        "generator.n_samples=4",
+        "trainer.prompts_per_step=4",
+    ]
+    off_the_browser_loop(Trainer(load_config(None, overrides)).fit)
+    run = tmp_path / "flaky"
+    records = [json.loads(line) for line in (run / "rollouts" / "step_1.jsonl").read_text().splitlines()]
+    failed = [r for r in records if r["status"] == "env_error"]
+    assert failed and records[-len(failed) :] == failed  # written last
+    build_report([run], tmp_path / "flaky.html", samples_per_step=2)
+    page = open_page(tmp_path / "flaky.html")
+    page.select_option("#f-status", "env_error")
+    items = page.eval_on_selector_all("#traj-list li", "items => items.map(li => li.textContent)")
+    assert len(items) == len(failed) and all("env_error" in item for item in items)
+    assert "tool crashed" in page.inner_text("#traj-view .error")

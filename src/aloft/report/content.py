@@ -139,16 +139,22 @@ def _eval_table(evals: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _step_trajectories(run: RunRecord, step: int, samples_per_step: int) -> list[dict[str, Any]]:
-    """Up to ``samples_per_step`` trajectories of the step, in file order (a group's samples are
-    written together, so whole groups come first), compacted. Reading stops once they are found."""
+    """Up to ``samples_per_step`` trajectories of the step in file order (a group's samples are
+    written together, so whole groups come first), and every failed one besides (the trainer writes
+    them last, and they are what a reader looks for): compacted. Past the first ones, only lines
+    that name a failure are parsed."""
     kept: list[dict[str, Any]] = []
     index_in_group: dict[str, int] = {}
-    for record in read_rollouts(run, step):
+
+    def want(line: str) -> bool:
+        return len(kept) < samples_per_step or '"env_error"' in line
+
+    for record in read_rollouts(run, step, want):
+        if len(kept) >= samples_per_step and record.get("status") != "env_error":
+            continue  # "env_error" appeared in the line's text, not as its status
         group_id = record.get("group_id", "")
         index = index_in_group[group_id] = index_in_group.get(group_id, -1) + 1
         kept.append(_compact(record, group_id, index))
-        if len(kept) >= samples_per_step:
-            break
     return kept
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,20 +79,22 @@ def load_run(path: str | Path) -> RunRecord:
     return RunRecord(name, run, config, steps, evals, rollout_steps, notes)
 
 
-def read_rollouts(run: RunRecord, step: int, limit: int | None = None) -> Iterator[dict[str, Any]]:
-    """The trajectories of ``step``'s rollouts file, at most ``limit`` (a half-written last line is left out)."""
+def read_rollouts(
+    run: RunRecord, step: int, want: Callable[[str], bool] | None = None
+) -> Iterator[dict[str, Any]]:
+    """The trajectories of ``step``'s rollouts file (a half-written last line is left out); with
+    ``want``, only the lines it accepts are parsed (a cheap test on the raw line)."""
     path = run.path / "rollouts" / f"step_{step}.jsonl"
-    for count, record in enumerate(_json_lines(path, run.notes)):
-        if limit is not None and count >= limit:
-            return
-        yield record
+    yield from _json_lines(path, run.notes, want)
 
 
-def _json_lines(path: Path, notes: list[str]) -> Iterator[dict[str, Any]]:
+def _json_lines(
+    path: Path, notes: list[str], want: Callable[[str], bool] | None = None
+) -> Iterator[dict[str, Any]]:
     text = path.read_text(errors="replace")
     lines = text.split("\n")
     for number, line in enumerate(lines, start=1):
-        if not line.strip():
+        if not line.strip() or (want is not None and not want(line)):
             continue
         try:
             yield json.loads(line)

@@ -15,7 +15,7 @@ from typing import Any
 
 from aloft.report.runs import RunRecord, read_rollouts
 
-__all__ = ["SECTIONS", "build_payload", "config_diff", "flatten", "metric_sections"]
+__all__ = ["SECTIONS", "build_payload", "config_diff", "flatten", "metric_columns", "metric_sections"]
 
 SECTIONS: list[tuple[str, re.Pattern[str]]] = [
     ("Reward and eval", re.compile(r"^(reward/|rollout/|eval/([^/]+/)?(reward/mean|pass@\d+)$)")),
@@ -57,11 +57,11 @@ def config_diff(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def metric_sections(runs: list[RunRecord]) -> list[dict[str, Any]]:
     """``[{"title", "keys"}]``: every metric any run logged, grouped; unmatched ones under "Other"."""
-    keys = sorted({key for run in runs for row in [*run.steps, *run.evals] for key in row} - _NOT_CURVES)
+    logged = {key for run in runs for row in [*run.steps, *run.evals] for key in row} - _NOT_CURVES
     sections: list[dict[str, Any]] = [{"title": title, "keys": []} for title, _ in SECTIONS]
     other: list[str] = []
     # reward/mean first, then eval rewards, then the rest by name (the charts people look for first).
-    keys = sorted(keys, key=lambda key: (key != "reward/mean", not key.endswith("reward/mean"), key))
+    keys = sorted(logged, key=lambda key: (key != "reward/mean", not key.endswith("reward/mean"), key))
     for key in keys:
         for section, (_, pattern) in zip(sections, SECTIONS, strict=True):
             if pattern.match(key):
@@ -91,8 +91,8 @@ def _run_payload(run: RunRecord, samples_per_step: int, tokenizer: Any) -> dict[
         "name": run.name,
         "path": str(run.path),
         "config": flatten(run.config),
-        "steps": _columns(run.steps, start),
-        "evals": _columns(run.evals, start),
+        "steps": metric_columns(run.steps, start),
+        "evals": metric_columns(run.evals, start),
         "eval_table": _eval_table(run.evals),
         "notes": run.notes,
         "tokens": _token_texts(ids, tokenizer),
@@ -100,7 +100,7 @@ def _run_payload(run: RunRecord, samples_per_step: int, tokenizer: Any) -> dict[
     }
 
 
-def _columns(rows: list[dict[str, Any]], start: float | None) -> dict[str, list[Any]]:
+def metric_columns(rows: list[dict[str, Any]], start: float | None) -> dict[str, list[Any]]:
     """Rows -> columns (``step``, ``minutes`` since the run's first step, one list per metric;
     null where a row lacks the metric or it is not finite)."""
     keys = sorted({key for row in rows for key in row} - {"time"})

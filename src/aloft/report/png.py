@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from aloft.report.content import _columns
+from aloft.report.content import metric_columns
 from aloft.report.runs import RunRecord
 
 __all__ = ["MAIN_CURVES", "export_pngs"]
@@ -41,7 +41,7 @@ def export_pngs(runs: list[RunRecord], directory: str | Path, *, dpi: int = 150)
 
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    tables = [(run, _columns(run.steps, None), _columns(run.evals, None)) for run in runs]
+    tables = [(run, metric_columns(run.steps, None), metric_columns(run.evals, None)) for run in runs]
     keys = [key for key in MAIN_CURVES if any(_points(t, e, key)[0] for _, t, e in tables)]
     written = []
     for key in keys:

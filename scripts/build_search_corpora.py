@@ -20,13 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from aloft.data.sources.search import (
-    CORPORA_DIR,
-    elements_documents,
-    foldoc_documents,
-    generate_questions,
-    read_dictd,
-)
+from aloft.data.sources.search import generate_questions
+from aloft.data.sources.search_corpus import CORPORA_DIR, elements_documents, foldoc_documents, read_dictd
 
 PACKAGES = {"foldoc": "dict-foldoc", "elements": "dict-elements"}
 

@@ -2,7 +2,8 @@
 
 The corpora are derived from Debian's DICT packages and ship with aloft, gzipped, under
 ``aloft/data/sources/search_corpora/`` (``scripts/build_search_corpora.py`` rebuilds them from the
-``.deb`` files; the README there states sources and licenses):
+``.deb`` files; the README there states sources and licenses). Reading them is
+``aloft.data.sources.search_corpus`` (re-exported here); this module makes the questions:
 
 - ``"foldoc"``: the Free On-line Dictionary of Computing (``dict-foldoc``, GFDL 1.1 or later), one
   document per entry (title = headword, text = the definition without DICT mark-up).
@@ -28,18 +29,23 @@ env: ``build_dataset("search", n=64, seed=0, split="train", corpus="foldoc")``.
 
 from __future__ import annotations
 
-import gzip
-import json
 import random
 import re
 import string
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from aloft.data.builders import dataset_builder, stable_hash
+from aloft.data.sources.search_corpus import (
+    CORPORA,
+    corpus_path,
+    elements_documents,
+    foldoc_documents,
+    load_corpus,
+    read_dictd,
+)
 
 __all__ = [
     "CORPORA",
@@ -56,13 +62,6 @@ __all__ = [
     "verify_question",
 ]
 
-CORPORA_DIR = Path(__file__).resolve().parent / "search_corpora"
-CORPORA: dict[str, str] = {
-    "foldoc": "The Free On-line Dictionary of Computing (FOLDOC)",
-    "elements": "a database of the chemical elements",
-}
-"""Corpus name -> what it is, as the user prompt names it."""
-
 SEARCH_SYSTEM_PROMPT = (
     "Answer the user's question. Think step by step inside <think> and </think>. Whenever you lack "
     "knowledge, search the corpus by writing a query between <search> and </search>; the top results "
@@ -76,10 +75,7 @@ EVAL_FRACTION_DENOMINATOR = 10
 """One gold document in this many goes to the eval split."""
 
 MASK = "___"
-_DICTD_B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-_DATE_PARAGRAPH = re.compile(r"\(\d{4}-?\d{2}-?\d{2}\)")
 _CATEGORY_PREFIX = re.compile(r"^(?:<[^<>]{1,80}>\s*)+")
-_WHITESPACE = re.compile(r"\s+")
 # A sentence ends at ". " (or "? "/"! ") followed by an upper-case letter, digit or bracket,
 # unless the word before the period is a common abbreviation.
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9({\"'])")
@@ -102,7 +98,6 @@ _ELEMENT_FIELDS = re.compile(
     r"^Symbol:\s*(?P<symbol>[A-Z][a-z]{0,2})\s+Atomic number:\s*(?P<number>\d{1,3})\s+"
     r"At(?:o)?mic weight:\s*(?:\(?(?P<weight>\d+(?:\.\d+)?)\)?(?=\s)|\S+)"  # the source spells it "Atmic" too
 )
-_CROSS_REFERENCE = re.compile(r"\{([^{}]+)\}")
 # Stop words of the clue check: what is left of a clue must say something specific.
 _CLUE_STOPWORDS = frozenset(
     "a an the of in on for to and or is are was be by with as at from that this which it its ___ "
@@ -120,147 +115,6 @@ def normalize_answer(text: str) -> str:
     text = "".join(character for character in text if character not in string.punctuation)
     text = re.sub(r"\b(a|an|the)\b", " ", text)
     return " ".join(text.split())
-
-
-# --------------------------------------------------------------------------------------------------
-# The DICT format: ``NAME.index`` lines "headword<TAB>offset<TAB>length" (base64 numbers) into the
-# uncompressed ``NAME.dict.dz`` (dictzip, which gzip reads).
-
-
-def _decode_dictd_number(text: str) -> int:
-    value = 0
-    for character in text:
-        position = _DICTD_B64.find(character)
-        if position < 0:
-            raise ValueError(f"invalid DICT base64 number {text!r}")
-        value = value * 64 + position
-    return value
-
-
-def read_dictd(index_path: str | Path, dict_path: str | Path) -> list[tuple[list[str], str]]:
-    """The entries of a DICT database, in file order: ``(index headwords, entry text)``.
-
-    Headwords that point at the same bytes are one entry with several names; the ``00database*``
-    meta entries are skipped.
-    """
-    data = gzip.decompress(Path(dict_path).read_bytes()) if str(dict_path).endswith(".dz") else None
-    if data is None:
-        data = Path(dict_path).read_bytes()
-    by_span: dict[tuple[int, int], list[str]] = defaultdict(list)
-    for line_number, line in enumerate(Path(index_path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        fields = line.split("\t")
-        if len(fields) < 3:
-            raise ValueError(f"{index_path} line {line_number}: expected 'headword<TAB>offset<TAB>length'")
-        headword, offset, length = fields[0], _decode_dictd_number(fields[1]), _decode_dictd_number(fields[2])
-        if headword.startswith("00database") or headword.startswith("00-database"):
-            continue
-        if offset + length > len(data):
-            raise ValueError(
-                f"{index_path} line {line_number}: entry {headword!r} points past the end of {dict_path}"
-            )
-        by_span[(offset, length)].append(headword)
-    return [
-        (headwords, _decode(data[offset : offset + length]))
-        for (offset, length), headwords in sorted(by_span.items())
-    ]
-
-
-def _decode(raw: bytes) -> str:
-    """UTF-8, or Latin-1 for the entries of older databases that are not UTF-8."""
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return raw.decode("latin-1")
-
-
-def _collapse(text: str) -> str:
-    return _WHITESPACE.sub(" ", text).strip()
-
-
-def foldoc_documents(
-    entries: Iterable[tuple[list[str], str]], exclude_titles: Iterable[str] = ()
-) -> list[dict[str, Any]]:
-    """FOLDOC entries as documents ``{id, title, text, aliases}``.
-
-    The title is the entry's first line; the text drops the trailing revision date and the braces of
-    cross-references (``{Scheme}`` -> ``Scheme``) and joins each paragraph onto one line; ``aliases``
-    are the index headwords of the entry. ``exclude_titles`` drops entries (e.g. Debian's additions,
-    which are under another license).
-    """
-    excluded = set(exclude_titles)
-    documents: list[dict[str, Any]] = []
-    for headwords, raw in entries:
-        lines = raw.strip("\n").split("\n")
-        title = lines[0].strip()
-        if not title or title in excluded:
-            continue
-        paragraphs = []
-        for paragraph in re.split(r"\n\s*\n", "\n".join(lines[1:])):
-            paragraph = _collapse(paragraph)
-            if paragraph and not _DATE_PARAGRAPH.fullmatch(paragraph):
-                paragraphs.append(_CROSS_REFERENCE.sub(r"\1", paragraph))
-        text = "\n".join(paragraphs)
-        if not text:
-            continue
-        documents.append(
-            {
-                "id": f"foldoc-{len(documents):05d}",
-                "title": title,
-                "text": text,
-                "aliases": sorted(set(headwords)),
-            }
-        )
-    return documents
-
-
-def elements_documents(entries: Iterable[tuple[list[str], str]]) -> list[dict[str, Any]]:
-    """Elements-database entries as documents ``{id, title, text, aliases}`` (text on one line)."""
-    documents: list[dict[str, Any]] = []
-    for headwords, raw in entries:
-        lines = raw.strip("\n").split("\n")
-        title = lines[0].strip()
-        text = _CROSS_REFERENCE.sub(r"\1", _collapse(" ".join(lines[1:])))
-        if not title or not text:
-            continue
-        documents.append(
-            {
-                "id": f"elements-{len(documents):03d}",
-                "title": title,
-                "text": text,
-                "aliases": sorted(set(headwords)),
-            }
-        )
-    return documents
-
-
-# --------------------------------------------------------------------------------------------------
-# The vendored corpora.
-
-
-def corpus_path(corpus: str) -> Path:
-    """The packaged ``.jsonl.gz`` file of ``corpus`` (``"foldoc"`` or ``"elements"``)."""
-    if corpus not in CORPORA:
-        raise ValueError(f"unknown search corpus {corpus!r}; available: {sorted(CORPORA)}")
-    path = CORPORA_DIR / f"{corpus}.jsonl.gz"
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"search corpus file {path} is missing; reinstall aloft or rebuild it with "
-            "python scripts/build_search_corpora.py"
-        )
-    return path
-
-
-@lru_cache(maxsize=4)
-def _load_corpus_cached(corpus: str) -> tuple[dict[str, Any], ...]:
-    with gzip.open(corpus_path(corpus), "rt", encoding="utf-8") as handle:
-        return tuple(json.loads(line) for line in handle if line.strip())
-
-
-def load_corpus(corpus: str) -> list[dict[str, Any]]:
-    """The documents of a packaged corpus (fresh dicts; the file is read once per process)."""
-    return [dict(document) for document in _load_corpus_cached(corpus)]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -38,3 +38,17 @@ def tiny_overrides(tiny_model_dir: str, tmp_path: Path) -> list[str]:
         "engine.dtype=float32",
         "optim.bf16_autocast=false",
     ]
+
+
+@pytest.fixture(scope="session")
+def long_tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A tiny model with room for the SQL prompts (schemas run to thousands of byte-level tokens)."""
+    from aloft.models import build_tiny_model
+
+    return build_tiny_model(
+        tmp_path_factory.mktemp("tiny-long") / "llama",
+        hidden_size=64,
+        num_layers=2,
+        seed=0,
+        max_position_embeddings=8192,
+    )

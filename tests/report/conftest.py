@@ -78,24 +78,10 @@ def open_page(browser):
 
 
 @pytest.fixture(scope="session")
-def report_model(tmp_path_factory):
-    """A tiny model with room for SQL prompts (their schemas run to thousands of byte-level tokens)."""
-    from aloft.models import build_tiny_model
-
-    return build_tiny_model(
-        tmp_path_factory.mktemp("report-model") / "llama",
-        hidden_size=64,
-        num_layers=2,
-        seed=0,
-        max_position_embeddings=8192,
-    )
-
-
-@pytest.fixture(scope="session")
-def digits_run(report_model, tmp_path_factory) -> Path:
+def digits_run(long_tiny_model, tmp_path_factory) -> Path:
     """A real 4-step run of the tiny model (evals at steps 0, 2 and 4; rollouts every step)."""
     root = tmp_path_factory.mktemp("report-runs")
-    overrides = env_training_overrides("arithmetic", report_model, root, steps=4, max_new_tokens=8)
+    overrides = env_training_overrides("arithmetic", long_tiny_model, root, steps=4, max_new_tokens=8)
     overrides += [
         "trainer.name=digits",
         "trainer.eval_every=2",
@@ -109,7 +95,7 @@ def digits_run(report_model, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def sql_run(report_model, tmp_path_factory) -> tuple[Path, list[dict]]:
+def sql_run(long_tiny_model, tmp_path_factory) -> tuple[Path, list[dict]]:
     """A real 1-step text2sql run of the tiny model whose step-1 rollouts are then rewritten with
     multi-turn episodes of a scripted policy (the tiny model never writes a valid probe): the real
     Generator and text2sql env, written with the trainer's own ``rollout_record``. Returns the run
@@ -121,11 +107,11 @@ def sql_run(report_model, tmp_path_factory) -> tuple[Path, list[dict]]:
     from aloft.types import SamplingParams
 
     root = tmp_path_factory.mktemp("report-sql")
-    overrides = env_training_overrides("text2sql", report_model, root, steps=1, max_new_tokens=8)
+    overrides = env_training_overrides("text2sql", long_tiny_model, root, steps=1, max_new_tokens=8)
     off_the_browser_loop(Trainer(load_config(None, [*overrides, "trainer.name=sql"])).fit)
     run = root / "sql"
     cfg, rows = env_rows("text2sql", 2)
-    tokenizer = load_tokenizer(report_model)
+    tokenizer = load_tokenizer(long_tiny_model)
     records = []
     for replies in (SQL_REPLIES, SQL_REPLIES[2:]):  # three turns with a failing probe; one turn
         generator = Generator(

@@ -278,7 +278,7 @@ def test_the_served_page_redraws_as_the_run_writes(digits_run, browser, tmp_path
         server.server_close()
 
 
-def test_failed_trajectories_are_in_the_browser_with_their_error(report_model, open_page, tmp_path):
+def test_failed_trajectories_are_in_the_browser_with_their_error(long_tiny_model, open_page, tmp_path):
     """A run whose env raises on some steps: its env_error trajectories (written last in the
     rollouts file) reach the browser even when the page keeps only the first 2 samples a step, and
     the status filter finds them with their error."""
@@ -287,7 +287,7 @@ def test_failed_trajectories_are_in_the_browser_with_their_error(report_model, o
     from tests.report.conftest import off_the_browser_loop
     from tests.trainer.test_every_env import env_training_overrides
 
-    overrides = env_training_overrides("arithmetic", report_model, tmp_path, steps=1, max_new_tokens=6)
+    overrides = env_training_overrides("arithmetic", long_tiny_model, tmp_path, steps=1, max_new_tokens=6)
     overrides += [
         "trainer.name=flaky",
         "env=test_sometimes_failing",

@@ -37,8 +37,8 @@ def test_each_trajectory_carries_its_advantage_and_the_trainers_logprobs(digits_
             assert sum(r["advantage"] for r in group) == pytest.approx(0.0, abs=1e-3)
 
 
-def test_rollouts_per_step_keeps_whole_groups(report_model, tmp_path):
-    overrides = env_training_overrides("arithmetic", report_model, tmp_path, steps=1, max_new_tokens=4)
+def test_rollouts_per_step_keeps_whole_groups(long_tiny_model, tmp_path):
+    overrides = env_training_overrides("arithmetic", long_tiny_model, tmp_path, steps=1, max_new_tokens=4)
     overrides += ["trainer.name=bounded", "generator.n_samples=4", "trainer.rollouts_per_step=6"]
     off_the_browser_loop(Trainer(load_config(None, overrides)).fit)
     rows = records(tmp_path / "bounded", 1)

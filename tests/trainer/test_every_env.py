@@ -18,7 +18,7 @@ from aloft.data import build_dataset, validate_row
 from aloft.gym import check_env, make
 from aloft.gym.envs import BUILTIN_ENVS, EXAMPLE_REPLIES
 from aloft.inference import make_engine
-from aloft.models import build_tiny_model, load_tokenizer
+from aloft.models import load_tokenizer
 from aloft.rollout import EpisodeLimits, Generator
 from aloft.trainer import Trainer
 from aloft.types import RolloutStatus, SamplingParams
@@ -57,18 +57,6 @@ def env_training_overrides(
         "optim.bf16_autocast=false",
         "optim.lr=1e-3",
     ]
-
-
-@pytest.fixture(scope="module")
-def long_tiny_model(tmp_path_factory):
-    """A tiny model with room for the SQL prompts (schemas run to thousands of byte-level tokens)."""
-    return build_tiny_model(
-        tmp_path_factory.mktemp("tiny-long") / "llama",
-        hidden_size=64,
-        num_layers=2,
-        seed=0,
-        max_position_embeddings=8192,
-    )
 
 
 def test_every_builtin_env_has_a_script():

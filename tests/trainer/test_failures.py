@@ -142,27 +142,13 @@ def test_the_eval_stops_the_run_when_its_env_fails(tiny_overrides):
         run([*tiny_overrides, "env=test_flaky"])
 
 
-def test_the_cli_prints_one_line_and_exits_1(tiny_overrides):
-    command = [
-        sys.executable,
-        "-m",
-        "aloft.cli",
-        "train",
-        *BASE,
-        *tiny_overrides,
-        "env=test_flaky",
-        "trainer.imports=[tests.trainer.envs]",
-        "trainer.eval_before_training=false",
-    ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 1, done.stderr
-    last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("aloft: run stopped: step 1: 16 of 16 trajectories failed (env 16)")
-    assert "tool crashed" in last and "Traceback" not in done.stderr
-
-
-def test_a_stop_on_one_of_two_local_ranks_is_the_runs_one_line(tiny_overrides):
-    """trainer.num_processes=2: rank 0 finds too many failures, the other rank (waiting in a
+@pytest.mark.parametrize(
+    "ranks",
+    [[], ["trainer.strategy=fsdp2", "trainer.num_processes=2"]],
+    ids=["one process", "two local ranks"],
+)
+def test_the_cli_prints_one_line_and_exits_1(tiny_overrides, ranks):
+    """Also with trainer.num_processes=2: rank 0 finds too many failures, the other rank (waiting in a
     collective) is ended, and the CLI prints rank 0's one line, not a child's traceback."""
     command = [
         sys.executable,
@@ -174,11 +160,10 @@ def test_a_stop_on_one_of_two_local_ranks_is_the_runs_one_line(tiny_overrides):
         "env=test_flaky",
         "trainer.imports=[tests.trainer.envs]",
         "trainer.eval_before_training=false",
-        "trainer.strategy=fsdp2",
-        "trainer.num_processes=2",
+        *ranks,
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("aloft: run stopped: step 1: 16 of 16 trajectories failed (env 16)")
-    assert "Traceback" not in done.stderr
+    assert "tool crashed" in last and "Traceback" not in done.stderr

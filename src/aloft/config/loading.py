@@ -244,3 +244,14 @@ def describe_fields() -> list[tuple[str, str, str, str]]:
             doc = " ".join((field.description or "").split())
             rows.append((f"{section_name}.{name}", _type_name(field.annotation), repr(field.default), doc))
     return rows
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config as dotted keys: ``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (empty dicts stay values)."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out

@@ -13,9 +13,10 @@ import math
 import re
 from typing import Any
 
+from aloft.config import flatten
 from aloft.report.runs import RunRecord, read_rollouts
 
-__all__ = ["SECTIONS", "build_payload", "config_diff", "flatten", "metric_columns", "metric_sections"]
+__all__ = ["SECTIONS", "build_payload", "config_diff", "metric_columns", "metric_sections"]
 
 SECTIONS: list[tuple[str, re.Pattern[str]]] = [
     ("Reward and eval", re.compile(r"^(reward/|rollout/|eval/([^/]+/)?(reward/mean|pass@\d+)$)")),
@@ -31,17 +32,6 @@ SECTIONS: list[tuple[str, re.Pattern[str]]] = [
 section is open when the page loads, the others draw when opened."""
 
 _NOT_CURVES = {"step", "time", "policy_version"}
-
-
-def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``."""
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict) and value:
-            out.update(flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def config_diff(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:

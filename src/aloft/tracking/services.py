@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from aloft.config import flatten
+
 
 class RunIds:
     """The service run ids of an aloft run (``tracking.json``); ``fresh``: forget earlier ones."""
@@ -96,7 +98,7 @@ class MlflowSink:
             found = self.client.get_experiment_by_name(experiment)
             experiment_id = found.experiment_id if found else self.client.create_experiment(experiment)
             run_id = self.client.create_run(experiment_id, run_name=name).info.run_id
-            params = [Param(key, str(value)[:6000]) for key, value in _flatten(config).items()]
+            params = [Param(key, str(value)[:6000]) for key, value in flatten(config).items()]
             self.client.log_batch(run_id, params=params)
             ids.set("mlflow", run_id)
         else:
@@ -122,13 +124,3 @@ class MlflowSink:
 def mlflow_key(key: str) -> str:
     """An aloft metric name in MLflow's alphabet (``eval/pass@4`` -> ``eval/pass_at_4``)."""
     return re.sub(r"[^\w\-. :/]", "_", key.replace("@", "_at_"))
-
-
-def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        if isinstance(value, dict) and value:
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -47,13 +46,10 @@ def test_none_is_the_mask_and_unknown_modes_are_refused():
 
 
 @pytest.mark.parametrize("loss_name", ["ppo", "dual_clip", "cispo", "gspo"])
-def test_weighting_advantages_weights_each_tokens_loss(loss_name):
+def test_weighting_advantages_weights_each_tokens_loss(loss_name, make_config):
     """Every built-in loss scales with a nonnegative per-sequence weight on the advantage, so a
     correction on the advantages is importance weighting of the loss."""
-    config = SimpleNamespace(
-        clip_low=0.2, clip_high=0.2, dual_clip_c=3.0, gspo_clip_low=3e-4, gspo_clip_high=4e-4,
-        cispo_clip_high=0.28, loss_reduction="token_mean",
-    )  # fmt: skip
+    config = make_config(loss_reduction="token_mean")
     loss_fn = get_policy_loss(loss_name)
     advantages = torch.tensor([[1.0, 1.0, 1.0], [-0.5, -0.5, -0.5]])
     old = PROXIMAL.clone()

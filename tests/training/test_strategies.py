@@ -108,6 +108,51 @@ def test_a_loss_reduction_gives_the_same_update_with_and_without_micro_batching(
         assert metrics["policy/loss"] == pytest.approx(float(expected), rel=1e-5, abs=1e-6)
 
 
+@pytest.mark.parametrize(("count_masked_rows", "sequences"), [(False, ROWS - 2), (True, ROWS)])
+def test_seq_mean_counts_masked_rows_reaches_the_update(tiny_model_dir, count_masked_rows, sequences):
+    """Two rows without policy tokens (as after a filter): on-policy PPO's seq_mean_token_sum loss is
+    -sum(A) over the other rows, divided by those rows (aloft, verl) or by all rows (skyrl-train)."""
+    worker = PolicyWorker(tiny_model_dir, OptimSettings(lr=1e-3, micro_batch_size=2, share_prompts=False))
+    batch, advantages = make_batch(worker.model.config.vocab_size)
+    batch.loss_mask[:2] = 0
+    algo = AlgorithmConfig(loss_reduction="seq_mean_token_sum", seq_mean_counts_masked_rows=count_masked_rows)
+    metrics = worker.update(
+        batch,
+        advantages,
+        algo,
+        old_logprobs=None,
+        ref_logprobs=None,
+        mini_batches=[list(range(ROWS))],
+        max_len=batch.completion_width,
+    )
+    expected = -(advantages * batch.loss_mask).sum() / sequences
+    assert metrics["policy/loss"] == pytest.approx(float(expected), rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.parametrize(("kl_clamp", "clamped"), [(None, False), (10.0, True)])
+def test_kl_clamp_reaches_the_kl_loss(tiny_model_dir, kl_clamp, clamped):
+    """A reference that gives every token logprob 0: on the random tiny model (logprobs near -log V,
+    about -5.5) each token's k3 is e^5.5 - 6.5 > 200, so with the peers' clamp the KL loss is exactly
+    10 and without it far above."""
+    worker = PolicyWorker(tiny_model_dir, OptimSettings(lr=1e-3, micro_batch_size=2, share_prompts=False))
+    batch, advantages = make_batch(worker.model.config.vocab_size)
+    algo = AlgorithmConfig(kl_coef=0.1, kl_clamp=kl_clamp)
+    ref_logprobs = torch.zeros(batch.loss_mask.shape)
+    metrics = worker.update(
+        batch,
+        advantages,
+        algo,
+        old_logprobs=None,
+        ref_logprobs=ref_logprobs,
+        mini_batches=[list(range(ROWS))],
+        max_len=batch.completion_width,
+    )
+    if clamped:
+        assert metrics["policy/kl_loss"] == pytest.approx(10.0, rel=1e-6)
+    else:
+        assert metrics["policy/kl_loss"] > 100.0
+
+
 def settings() -> OptimSettings:
     return OptimSettings(lr=1e-3, micro_batch_size=2, share_prompts=False)
 

@@ -30,6 +30,7 @@ from aloft.algorithms.logits import (
 from aloft.algorithms.off_policy import OFF_POLICY_CORRECTIONS, off_policy_weights
 from aloft.algorithms.reductions import (
     LOSS_REDUCTIONS,
+    WHITEN_FORMULAS,
     LossNormalizer,
     aggregate_loss,
     masked_mean,
@@ -52,6 +53,7 @@ __all__ = [
     "off_policy_weights",
     "KL_ESTIMATORS",
     "LOSS_REDUCTIONS",
+    "WHITEN_FORMULAS",
     "AdvantageEstimator",
     "LossNormalizer",
     "PolicyLoss",

@@ -10,11 +10,17 @@ Multi-turn sequences interleave policy tokens with env observation tokens. The t
 discounts nor carries a value.
 
 Std convention: every std here (GRPO's group std, the batch whitening of reinforce++) is the unbiased
-one (divide by ``n - 1``), as ``torch.std`` computes by default and as verl/TRL use for GRPO.
+one (divide by ``n - 1``), as ``torch.std`` computes by default and as verl/TRL use for GRPO. Batch
+whitening follows ``config.whiten_formula`` (see ``masked_whiten``).
+
+Where these differ from verl and skyrl-train (a group of one, whitening, GAE whitening), the config
+keys that give the peers' behaviour are listed in docs/conventions.md.
 
 Ties: under ``grpo``, ``dr_grpo`` and ``rloo`` a group whose samples all scored the same gets an
 advantage of exactly 0, whatever the value, the group size and the rewards' dtype (group statistics
-are taken in float64, and tied groups are set to 0). Taken in the rewards' dtype, as verl and
+are taken in float64, and tied groups are set to 0). A group of one sample is tied too, unless
+``config.group_of_one == "score"``: then it gets the peers' advantage, its score (over ``1 + 1e-6``
+under grpo with the std division, as verl and skyrl-train take a lone sample's mean as 0 and std as 1). Taken in the rewards' dtype, as verl and
 skyrl-train do, six rewards of 0.3 leave an ulp that the std division turns into 0.029 (fp32) or
 0.91 (bf16) per token under grpo (measured on aloft's earlier code, which did the same).
 """
@@ -25,11 +31,14 @@ from typing import Any
 
 import torch
 
-from aloft.algorithms.reductions import masked_whiten
+from aloft.algorithms.reductions import WHITEN_STD_EPS, masked_whiten
 from aloft.algorithms.registry import register_advantage_estimator
 
-EPS = 1e-6
-"""Added to a std before dividing by it."""
+EPS = WHITEN_STD_EPS
+"""Added to a group std before dividing by it."""
+
+GROUP_OF_ONE = ("zero", "score")
+"""Values of ``config.group_of_one``: a lone sample's advantage is 0, or its score (the peers')."""
 
 
 def _check_inputs(rewards: torch.Tensor, loss_mask: torch.Tensor, group_ids: torch.Tensor) -> None:
@@ -67,16 +76,25 @@ def _scores(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(mask, rewards.to(torch.float64), 0.0).sum(-1)
 
 
-def _tied(per_sequence: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+def _tied(per_sequence: torch.Tensor, group_ids: torch.Tensor, group_of_one: str) -> torch.Tensor:
     """``[B]`` bool: the sequence's group scored every sample the same (its advantage is exactly 0:
-    a mean of equal numbers can still differ from them by an ulp, and GRPO divides that by ~1e-6)."""
+    a mean of equal numbers can still differ from them by an ulp, and GRPO divides that by ~1e-6).
+
+    A group of one sample counts as tied unless ``group_of_one == "score"`` (the peers' convention).
+    """
+    if group_of_one not in GROUP_OF_ONE:
+        raise ValueError(f"unknown group_of_one {group_of_one!r}; choose one of: {', '.join(GROUP_OF_ONE)}")
     _, group_index = torch.unique(group_ids, return_inverse=True)
     num_groups = int(group_index.max()) + 1 if group_index.numel() else 0
     high = per_sequence.new_full((num_groups,), -torch.inf).scatter_reduce(
         0, group_index, per_sequence, "amax"
     )
     low = per_sequence.new_full((num_groups,), torch.inf).scatter_reduce(0, group_index, per_sequence, "amin")
-    return (high == low)[group_index]
+    tied = (high == low)[group_index]
+    if group_of_one == "score":
+        sizes = torch.bincount(group_index, minlength=num_groups)[group_index]
+        tied &= sizes > 1
+    return tied
 
 
 def _group_mean_std(per_sequence: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -129,7 +147,8 @@ def gae(
     """Generalized advantage estimation (Schulman et al. 2016) with ``config.gamma`` and ``config.lam``.
 
     Needs critic ``values`` ``[B, T]``. Returns ``advantages`` and ``returns = advantages + values`` (the
-    critic's targets). Not whitened: whiten in a custom estimator if wanted.
+    critic's targets). Not whitened unless ``config.whiten_gae`` (verl and skyrl-train always whiten
+    GAE advantages over the batch, with ``config.whiten_formula``); ``returns`` are never whitened.
     """
     _check_inputs(rewards, loss_mask, group_ids)
     if values is None:
@@ -144,20 +163,26 @@ def gae(
     values = torch.where(mask, values.to(rewards.dtype), 0.0)
     advantages = _gae(rewards, values, mask, config.gamma, config.lam)
     returns = torch.where(mask, advantages + values, 0.0)
+    if config.whiten_gae:
+        advantages = masked_whiten(advantages, mask, config.whiten_formula)
     return advantages, returns
 
 
 def _group_relative(
-    rewards: torch.Tensor, loss_mask: torch.Tensor, group_ids: torch.Tensor, divide_by_std: bool
+    rewards: torch.Tensor, loss_mask: torch.Tensor, group_ids: torch.Tensor, divide_by_std: bool, config: Any
 ) -> tuple[torch.Tensor, torch.Tensor]:
     _check_inputs(rewards, loss_mask, group_ids)
     mask = loss_mask.bool()
     scores = _scores(rewards, mask)
     mean, std = _group_mean_std(scores, group_ids)
+    _, sizes = _group_sums(scores, group_ids)
+    # A lone sample under group_of_one="score": mean 0 and std 1, as the peers take them.
+    mean = torch.where(sizes > 1, mean, 0.0)
+    std = torch.where(sizes > 1, std, 1.0)
     advantage = scores - mean
     if divide_by_std:
         advantage = advantage / (std + EPS)
-    advantage = torch.where(_tied(scores, group_ids), 0.0, advantage)  # a group of one is tied too
+    advantage = torch.where(_tied(scores, group_ids, config.group_of_one), 0.0, advantage)
     return _out(_broadcast(advantage, mask), rewards), _out(_broadcast(scores, mask), rewards)
 
 
@@ -180,9 +205,10 @@ def grpo(
 
     ``score`` = row sum of rewards; ``A = (score - group mean) / (group std + 1e-6)`` with the unbiased
     std, or ``score - group mean`` when ``config.norm_adv_by_std`` is False (Dr.GRPO). A group of one
-    sample gets 0. ``values`` is ignored; ``returns`` is the broadcast score.
+    sample gets 0 (``config.group_of_one="score"``: ``score / (1 + 1e-6)``, verl's and skyrl-train's).
+    ``values`` is ignored; ``returns`` is the broadcast score.
     """
-    return _group_relative(rewards, loss_mask, group_ids, divide_by_std=config.norm_adv_by_std)
+    return _group_relative(rewards, loss_mask, group_ids, config.norm_adv_by_std, config)
 
 
 @register_advantage_estimator("dr_grpo")
@@ -198,7 +224,7 @@ def dr_grpo(
 
     Pair it with ``loss_reduction="seq_mean_token_sum_norm"`` for the paper's length-unbiased loss.
     """
-    return _group_relative(rewards, loss_mask, group_ids, divide_by_std=False)
+    return _group_relative(rewards, loss_mask, group_ids, False, config)
 
 
 @register_advantage_estimator("rloo")
@@ -212,7 +238,8 @@ def rloo(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE leave-one-out (Ahmadian et al. 2024): ``A_i = score_i - mean_{j != i} score_j``.
 
-    ``score`` = row sum of rewards; a group of one sample gets 0. ``returns`` is the broadcast score.
+    ``score`` = row sum of rewards; a group of one sample gets 0 (``config.group_of_one="score"``: its
+    score, as verl's rloo). ``returns`` is the broadcast score.
     """
     _check_inputs(rewards, loss_mask, group_ids)
     mask = loss_mask.bool()
@@ -220,8 +247,8 @@ def rloo(
     sums, sizes = _group_sums(scores, group_ids)
     others = sizes - 1
     leave_one_out_mean = (sums - scores) / others.clamp(min=1)
-    advantage = torch.where(others > 0, scores - leave_one_out_mean, 0.0)
-    advantage = torch.where(_tied(scores, group_ids), 0.0, advantage)
+    advantage = scores - leave_one_out_mean  # a lone sample: its score (the mean of no others is 0)
+    advantage = torch.where(_tied(scores, group_ids, config.group_of_one), 0.0, advantage)
     return _out(_broadcast(advantage, mask), rewards), _out(_broadcast(scores, mask), rewards)
 
 
@@ -237,12 +264,13 @@ def reinforce_plus_plus(
     """REINFORCE++ (Hu 2025): return-to-go with ``config.gamma`` over policy tokens, whitened over the batch.
 
     ``G_t = r_t + gamma * G_next`` (next policy token of the row), then ``A = (G - mean) / (std + 1e-6)``
-    with mean and unbiased std over every policy token in the batch. ``returns`` is the un-whitened G.
+    with mean and unbiased std over every policy token in the batch (or verl's form, see
+    ``config.whiten_formula``). ``returns`` is the un-whitened G.
     """
     _check_inputs(rewards, loss_mask, group_ids)
     mask = loss_mask.bool()
     returns = _return_to_go(_masked_rewards(rewards, mask), mask, config.gamma)
-    return masked_whiten(returns, mask, EPS), returns
+    return masked_whiten(returns, mask, config.whiten_formula), returns
 
 
 @register_advantage_estimator("reinforce++_baseline")
@@ -268,5 +296,5 @@ def reinforce_plus_plus_baseline(
     last_policy_position = torch.where(mask, positions, -1).max(-1).values  # -1: no policy token
     is_last_policy_token = mask & (positions == last_policy_position.unsqueeze(-1))
     centred = rewards - torch.where(is_last_policy_token, group_mean.unsqueeze(-1), 0.0)
-    advantages = masked_whiten(_return_to_go(centred, mask, config.gamma), mask, EPS)
+    advantages = masked_whiten(_return_to_go(centred, mask, config.gamma), mask, config.whiten_formula)
     return advantages, _return_to_go(rewards, mask, config.gamma)

@@ -22,10 +22,17 @@ LOG_RATIO_LIMIT = 20.0
 """k3 exponentiates the log ratio; clamping it to [-20, 20] keeps a wild token from overflowing."""
 
 
-def kl_divergence(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str) -> torch.Tensor:
+def kl_divergence(
+    logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str, clamp: float | None = None
+) -> torch.Tensor:
     """Per-token KL estimate ``[B, T]`` of the policy (``logprobs``) from the reference (``ref_logprobs``).
 
     Unmasked: reduce it with ``aggregate_loss`` and the loss mask. Differentiable in ``logprobs``.
+
+    ``clamp`` (k3 only) clamps the estimate to ``[-clamp, clamp]``, as verl and skyrl-train do with
+    10. aloft leaves it unclamped by default: a clamped token has no KL gradient, and the tokens
+    where k3 passes 10 are those that drifted furthest from the reference, where the penalty
+    should pull hardest.
     """
     if logprobs.shape != ref_logprobs.shape:
         raise ValueError(
@@ -38,7 +45,8 @@ def kl_divergence(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator:
         return 0.5 * (logprobs - ref_logprobs).pow(2)
     if estimator == "k3":
         ref_log_ratio = (ref_logprobs - logprobs).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
-        return ref_log_ratio.exp() - ref_log_ratio - 1.0
+        k3 = ref_log_ratio.exp() - ref_log_ratio - 1.0
+        return k3 if clamp is None else k3.clamp(-clamp, clamp)
     raise ValueError(f"unknown KL estimator {estimator!r}; choose one of: {', '.join(KL_ESTIMATORS)}")
 
 
@@ -50,6 +58,7 @@ def apply_kl_penalty_to_rewards(
     loss_mask: torch.Tensor,
     coef: float,
     estimator: str,
+    clamp: float | None = None,
 ) -> torch.Tensor:
     """New token rewards ``[B, T]``: ``rewards - coef * KL`` on every policy token, unchanged elsewhere.
 
@@ -59,5 +68,5 @@ def apply_kl_penalty_to_rewards(
         raise ValueError(
             f"rewards and loss_mask must have one shape, got {tuple(rewards.shape)} and {tuple(loss_mask.shape)}"
         )
-    kl = kl_divergence(logprobs, ref_logprobs, estimator)
+    kl = kl_divergence(logprobs, ref_logprobs, estimator, clamp)
     return rewards - coef * torch.where(loss_mask.bool(), kl, 0.0)

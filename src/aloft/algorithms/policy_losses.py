@@ -184,8 +184,10 @@ def cispo(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """CISPO (MiniMax-M1, 2025): REINFORCE weighted by a truncated, stop-gradient importance weight.
 
-    Token loss ``-sg(min(r, 1 + cispo_clip_high)) * A * logprobs`` (no lower bound), reduced with
-    ``config.loss_reduction``. Unlike PPO, a clipped token still gets a gradient; only its weight is
+    Token loss ``-sg(min(r, 1 + cispo_clip_high)) * A * logprobs``, reduced with
+    ``config.loss_reduction``. No lower bound, as in the paper, unless ``config.cispo_clip_low`` is set:
+    then the weight is at least ``1 - cispo_clip_low`` (verl clips at ``1 - clip_low`` = 0.8, skyrl-train
+    at 1.0 by default, which raises every weight below 1 to 1). Unlike PPO, a clipped token still gets a gradient; only its weight is
     capped. The loss *value* is not a surrogate of the return (it contains ``logprobs``); only its
     gradient is meaningful. ``clip_frac`` is the share of tokens whose weight was truncated.
     """
@@ -193,7 +195,8 @@ def cispo(
     mask = loss_mask.bool()
     ratio = _log_ratio(logprobs, old_logprobs, mask).detach().exp()
     cap = 1.0 + config.cispo_clip_high
-    weight = ratio.clamp(max=cap)
+    floor = None if config.cispo_clip_low is None else 1.0 - config.cispo_clip_low
+    weight = ratio.clamp(min=floor, max=cap)
     token_loss = -weight * _constant_advantages(advantages, mask) * torch.where(mask, logprobs, 0.0)
     loss = aggregate_loss(token_loss, mask, config.loss_reduction, normalizer)
-    return loss, _metrics(logprobs, old_logprobs, mask, ratio > cap)
+    return loss, _metrics(logprobs, old_logprobs, mask, weight != ratio)

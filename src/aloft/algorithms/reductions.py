@@ -25,7 +25,8 @@ class LossNormalizer:
     num_tokens: int
     """Policy tokens (``loss_mask == 1``) in the mini-batch."""
     num_sequences: int
-    """Sequences holding at least one policy token (all-masked rows, e.g. filtered ones, do not count)."""
+    """Sequences holding at least one policy token (all-masked rows, e.g. filtered ones, do not count
+    unless ``count_masked_rows``)."""
     max_len: int
     """Constant length for ``seq_mean_token_sum_norm`` (Dr.GRPO), e.g. the generation token budget."""
 
@@ -39,15 +40,21 @@ class LossNormalizer:
             raise ValueError(f"LossNormalizer.max_len must be >= 1, got {self.max_len}")
 
     @classmethod
-    def from_mask(cls, mask: torch.Tensor, max_len: int | None = None) -> LossNormalizer:
+    def from_mask(
+        cls, mask: torch.Tensor, max_len: int | None = None, *, count_masked_rows: bool = False
+    ) -> LossNormalizer:
         """Counts of one ``[B, T]`` loss mask; ``max_len`` defaults to ``T``."""
-        return cls.from_masks([mask], max_len=max_len)
+        return cls.from_masks([mask], max_len=max_len, count_masked_rows=count_masked_rows)
 
     @classmethod
-    def from_masks(cls, masks: Sequence[torch.Tensor], max_len: int | None = None) -> LossNormalizer:
+    def from_masks(
+        cls, masks: Sequence[torch.Tensor], max_len: int | None = None, *, count_masked_rows: bool = False
+    ) -> LossNormalizer:
         """Counts over several ``[B_i, T_i]`` masks (micro-batches padded separately).
 
-        ``max_len`` defaults to the largest ``T_i``.
+        ``max_len`` defaults to the largest ``T_i``. ``count_masked_rows`` counts rows without a
+        policy token in ``num_sequences`` too, as skyrl-train's sequence means divide by the batch size
+        (aloft and verl leave such rows, e.g. filtered ones, out).
         """
         if not masks:
             raise ValueError("LossNormalizer.from_masks needs at least one mask")
@@ -58,7 +65,7 @@ class LossNormalizer:
                 raise ValueError(f"loss mask must be [B, T], got shape {tuple(mask.shape)}")
             per_sequence = mask.bool().sum(-1)
             num_tokens += int(per_sequence.sum())
-            num_sequences += int((per_sequence > 0).sum())
+            num_sequences += int(per_sequence.numel() if count_masked_rows else (per_sequence > 0).sum())
         if max_len is None:
             max_len = max(max(int(mask.shape[-1]) for mask in masks), 1)
         return cls(num_tokens=num_tokens, num_sequences=num_sequences, max_len=max_len)
@@ -118,15 +125,34 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return total / keep.sum().clamp(min=1)
 
 
-def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """``(values - mean) / (std + eps)`` over the positions where ``mask`` is 1; 0 elsewhere.
+WHITEN_FORMULAS = ("std_eps", "rsqrt_var_eps")
+"""Names accepted by ``masked_whiten`` (and ``config.whiten_formula``)."""
+
+WHITEN_STD_EPS = 1e-6
+"""``std_eps``: added to the std before dividing by it (as GRPO's group std everywhere)."""
+WHITEN_VAR_EPS = 1e-8
+"""``rsqrt_var_eps``: added to the variance under the square root (verl's and skyrl-train's whitening)."""
+
+
+def masked_whiten(values: torch.Tensor, mask: torch.Tensor, formula: str = "std_eps") -> torch.Tensor:
+    """Whiten ``values`` over the positions where ``mask`` is 1; 0 elsewhere (any matching shapes).
+
+    - ``std_eps`` (aloft's default): ``(values - mean) / (std + 1e-6)``, the form of GRPO's group
+      normalization, so one convention holds across the package.
+    - ``rsqrt_var_eps``: ``(values - mean) * rsqrt(var + 1e-8)``, verl's and skyrl-train's
+      ``masked_whiten``. The two agree to ~1e-6 relative when the std is near 1 and part ways when it
+      is small (std 1e-4: 1/1.01e-4 against 1/1.41e-4).
 
     The std is the unbiased (Bessel-corrected, ``n - 1``) one, the same convention as the group std
-    of GRPO in this package; with fewer than two masked values it is taken as 0.
+    of GRPO in this package; with fewer than two masked values it is taken as 0 (the peers raise).
     """
+    if formula not in WHITEN_FORMULAS:
+        raise ValueError(f"unknown whiten formula {formula!r}; choose one of: {', '.join(WHITEN_FORMULAS)}")
     keep = mask.bool()
     count = keep.sum()
     mean = masked_mean(values, keep)
     centred = torch.where(keep, values - mean, 0.0)
     variance = centred.pow(2).sum() / (count - 1).clamp(min=1)
-    return torch.where(keep, centred / (variance.sqrt() + eps), 0.0)
+    if formula == "std_eps":
+        return torch.where(keep, centred / (variance.sqrt() + WHITEN_STD_EPS), 0.0)
+    return torch.where(keep, centred * torch.rsqrt(variance + WHITEN_VAR_EPS), 0.0)

@@ -17,6 +17,7 @@ from pydantic import (
     Field,
     NonNegativeFloat,
     NonNegativeInt,
+    PositiveFloat,
     PositiveInt,
     field_validator,
     model_validator,
@@ -123,6 +124,14 @@ class AlgorithmConfig(Section):
     """Advantage estimator: gae, grpo, dr_grpo, rloo, reinforce++, reinforce++_baseline, or a registered one."""
     norm_adv_by_std: bool = True
     """grpo: divide by the group's std (False = Dr.GRPO)."""
+    group_of_one: Literal["zero", "score"] = "zero"
+    """grpo, dr_grpo, rloo: a group of one sample gets advantage 0, or its score as verl and
+    skyrl-train give it (score / (1 + 1e-6) under grpo with the std division)."""
+    whiten_formula: Literal["std_eps", "rsqrt_var_eps"] = "std_eps"
+    """Batch whitening (reinforce++, whiten_gae): (x - mean) / (std + 1e-6), or verl's and
+    skyrl-train's (x - mean) * rsqrt(var + 1e-8)."""
+    whiten_gae: bool = False
+    """gae: whiten the advantages over the batch, as verl and skyrl-train always do."""
     gamma: float = Field(1.0, ge=0.0, le=1.0)
     """Discount factor (gae, reinforce++)."""
     lam: float = Field(1.0, ge=0.0, le=1.0)
@@ -141,14 +150,23 @@ class AlgorithmConfig(Section):
     """GSPO sequence-ratio epsilon above 1."""
     cispo_clip_high: NonNegativeFloat = 0.28
     """CISPO: the importance weight is clipped at 1 + this."""
+    cispo_clip_low: float | None = Field(None, ge=0.0, le=1.0)
+    """CISPO: the importance weight is at least 1 - this; None = no lower bound, as in the paper
+    (verl: clip_low, 0.2; skyrl-train: 0.0)."""
     loss_reduction: Literal[
         "token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm"
     ] = "token_mean"
     """How token losses are averaged over the mini-batch."""
+    seq_mean_counts_masked_rows: bool = False
+    """seq_mean_* reductions: count rows without a policy token (filtered ones) among the sequences
+    averaged over, as skyrl-train divides by the batch size; aloft and verl leave them out."""
     kl_coef: NonNegativeFloat = 0.0
     """KL to the reference policy; > 0 loads a frozen reference model."""
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
     """KL estimator (Schulman's k1/k2/k3)."""
+    kl_clamp: PositiveFloat | None = None
+    """k3: clamp each token's KL estimate to [-kl_clamp, kl_clamp] (verl and skyrl-train: 10);
+    None = unclamped."""
     kl_penalty: Literal["loss", "reward"] = "loss"
     """Apply the KL as a loss term or as a per-token reward penalty."""
     entropy_coef: float = 0.0

@@ -84,7 +84,13 @@ class Learner:
             )
             if algo.kl_penalty == "reward":
                 rewards = apply_kl_penalty_to_rewards(
-                    rewards, current, ref_logprobs, batch.loss_mask, algo.kl_coef, algo.kl_estimator
+                    rewards,
+                    current,
+                    ref_logprobs,
+                    batch.loss_mask,
+                    algo.kl_coef,
+                    algo.kl_estimator,
+                    algo.kl_clamp,
                 )
         estimator = get_advantage_estimator(algo.advantage)
         advantages, returns = estimator(rewards, batch.loss_mask, batch.group_ids, values, algo)

@@ -185,7 +185,9 @@ class PolicyWorker(_Trainable):
         )
         for rows in mini_batches:
             mini = batch.select(rows)
-            normalizer = LossNormalizer.from_mask(mini.loss_mask, max_len=max_len)
+            normalizer = LossNormalizer.from_mask(
+                mini.loss_mask, max_len=max_len, count_masked_rows=algo.seq_mean_counts_masked_rows
+            )
             tokens = max(normalizer.num_tokens, 1)
             mini_totals: dict[str, float] = defaultdict(float)  # this rank's sums over its micro-batches
             micro_batches = self.settings.micro_batching.split(batch, rows)
@@ -210,7 +212,9 @@ class PolicyWorker(_Trainable):
                     normalizer=normalizer,
                 )
                 if ref_logprobs is not None and algo.kl_coef > 0 and algo.kl_penalty == "loss":
-                    kl = kl_divergence(logprobs, ref_logprobs[global_rows, :t], algo.kl_estimator)
+                    kl = kl_divergence(
+                        logprobs, ref_logprobs[global_rows, :t], algo.kl_estimator, algo.kl_clamp
+                    )
                     kl_loss = aggregate_loss(kl, mask, algo.loss_reduction, normalizer)
                     loss = loss + algo.kl_coef * kl_loss
                     mini_totals["policy/kl_loss"] += float(kl_loss.detach()) * scale

@@ -84,6 +84,20 @@ def test_the_cycle_finder_finds_a_cycle():
     assert import_cycles(Graph()) == [["a", "b", "c"]]
 
 
+MODULE_LINE_LIMIT = 500
+
+
+def test_no_module_is_over_500_lines():
+    """One concern per module (issue 23): a module that outgrows 500 lines is split by concern,
+    with its public imports kept, rather than left to grow."""
+    long = {
+        str(path.relative_to(REPO)): lines
+        for path in sorted((REPO / "src" / "aloft").rglob("*.py"))
+        if (lines := len(path.read_text().splitlines())) > MODULE_LINE_LIMIT
+    }
+    assert long == {}, f"modules over {MODULE_LINE_LIMIT} lines (split them by concern): {long}"
+
+
 def test_ruff_is_clean():
     result = subprocess.run(
         [sys.executable, "-m", "ruff", "check", "src", "tests", "benchmarks"],

@@ -6,6 +6,7 @@ aloft eval runs/quickstart --builder arithmetic --size 64 --n 4
 aloft data build sql --n 20 --split eval --out sql_eval.jsonl -o db=chinook
 aloft data list
 aloft serve MODEL --port 8000 --api-key KEY   # OpenAI-compatible server (needs aloft[serve])
+aloft tinker-serve --model MODEL --port 8001  # the Tinker API (needs aloft[tinker])
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     args.overrides = overrides
     if args.command == "serve":
         return _serve(args)
+    if args.command == "tinker-serve":
+        return _tinker_serve(args)
     if args.command == "eval":
         return _eval(args)
     if args.command == "experiment":
@@ -202,6 +205,16 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     srv.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY (all but /health)")
     srv.add_argument("--backend", default="hf", help="inference engine to serve (default: hf)")
     srv.add_argument("--served-model-name", default=None, help="model id in /v1/models (default: MODEL)")
+    tinker = sub.add_parser(
+        "tinker-serve", help="the Tinker API over aloft: aloft tinker-serve --model MODEL"
+    )
+    tinker.add_argument("--model", required=True, help="base model: model dir, built-in name or hub id")
+    tinker.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
+    tinker.add_argument("--port", type=int, default=8001)
+    tinker.add_argument("--max-length", type=int, default=4096, help="longest datum or prompt, in tokens")
+    tinker.add_argument(
+        "--api-key", default=None, help="require this X-API-Key (TINKER_API_KEY); default: any"
+    )
     return parser, data
 
 
@@ -343,6 +356,19 @@ def _serve(args: argparse.Namespace) -> int:
         backend=args.backend,
         served_model_name=args.served_model_name or args.model,
     )
+    return 0
+
+
+def _tinker_serve(args: argparse.Namespace) -> int:
+    try:
+        from aloft.tinker.server import serve
+    except ImportError as error:
+        print(
+            f"aloft: tinker-serve needs the tinker extra (pip install 'aloft[tinker]'): {error}",
+            file=sys.stderr,
+        )
+        return 2
+    serve(args.model, host=args.host, port=args.port, max_length=args.max_length, api_key=args.api_key)
     return 0
 
 

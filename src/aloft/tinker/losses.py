@@ -1,0 +1,159 @@
+"""The losses Tinker names, per datum, as sums over its tokens.
+
+Every loss takes the datum's per-token ``logprobs`` ``[N]`` of its ``target_tokens`` under the
+training client's current weights (differentiable) and its loss inputs (``[N]`` arrays aligned with
+the model input), and returns the per-token loss ``[N]``; the datum's loss is its sum, and a
+``forward_backward`` call's loss (metric ``loss:sum``) is the sum over its datums, as Tinker defines
+them. ``logprobs`` in the inputs are the *sampling* logprobs; a ratio is ``exp(logprobs - sampling)``.
+
+``ppo`` and ``cispo`` are aloft's registered losses (``aloft.algorithms``) with Tinker's clip
+thresholds turned into aloft's epsilons and a token sum as the reduction; the others are a line each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import SimpleNamespace
+
+import torch
+
+from aloft.algorithms import LossNormalizer, get_policy_loss
+from aloft.tinker.errors import TinkerUserError
+
+CLIP_THRESHOLDS = {"ppo": (0.8, 1.2), "cispo": (0.0, 4.0)}
+"""Default ``(clip_low_threshold, clip_high_threshold)`` bounds of the ratio, overridable in
+``loss_fn_config``: ppo's are Tinker's documented 0.8 / 1.2; cispo's the one-sided clip the
+tinker-cookbook tutorial gives as Tinker's default since June 2026 (older material says 0.8 / 1.2)."""
+
+TokenLoss = Callable[
+    [torch.Tensor, Mapping[str, torch.Tensor], torch.Tensor, Mapping[str, float | str]], torch.Tensor
+]
+"""``(logprobs [B, N], inputs {name: [B, N]}, mask [B, N] bool, config) -> the summed loss`` (a scalar);
+rows are datums padded to one length, ``mask`` marks their real positions."""
+
+
+def _input(inputs: Mapping[str, torch.Tensor], name: str, loss: str) -> torch.Tensor:
+    if name not in inputs:
+        raise TinkerUserError(
+            f"loss {loss!r} needs loss_fn_inputs[{name!r}]; the datum has: {sorted(inputs)}"
+        )
+    return inputs[name]
+
+
+def _sum(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return torch.where(mask, values, 0.0).sum()
+
+
+def cross_entropy(
+    logprobs: torch.Tensor,
+    inputs: Mapping[str, torch.Tensor],
+    mask: torch.Tensor,
+    config: Mapping[str, float | str],
+) -> torch.Tensor:
+    """``sum(-weights * logprobs)``; ``weights`` default to 1 (any floats: forward_backward_custom sends
+    the gradient of the user's loss here as weights)."""
+    weights = inputs.get("weights")
+    return _sum(-logprobs if weights is None else -weights * logprobs, mask)
+
+
+def importance_sampling(
+    logprobs: torch.Tensor,
+    inputs: Mapping[str, torch.Tensor],
+    mask: torch.Tensor,
+    config: Mapping[str, float | str],
+) -> torch.Tensor:
+    """REINFORCE corrected for the sampler: ``sum(-exp(logprobs - sampling_logprobs) * advantages)``."""
+    sampling = _input(inputs, "logprobs", "importance_sampling")
+    advantages = _input(inputs, "advantages", "importance_sampling")
+    log_ratio = torch.where(mask, logprobs - sampling, 0.0)
+    return _sum(-torch.exp(log_ratio) * advantages, mask)
+
+
+def _thresholds(config: Mapping[str, float | str], loss: str) -> tuple[float, float]:
+    default_low, default_high = CLIP_THRESHOLDS[loss]
+    low = float(config.get("clip_low_threshold", default_low))
+    high = float(config.get("clip_high_threshold", default_high))
+    if not 0.0 <= low <= 1.0 <= high:
+        raise TinkerUserError(
+            f"loss {loss!r} needs clip_low_threshold <= 1 <= clip_high_threshold, got {low} and {high}"
+        )
+    return low, high
+
+
+_TOKEN_SUM = LossNormalizer(num_tokens=1, num_sequences=1, max_len=1)
+"""``token_mean`` over this normalizer divides by 1: aloft's reductions give the token sum."""
+
+
+def _aloft_loss(
+    name: str,
+    logprobs: torch.Tensor,
+    inputs: Mapping[str, torch.Tensor],
+    mask: torch.Tensor,
+    algo: SimpleNamespace,
+) -> torch.Tensor:
+    sampling = _input(inputs, "logprobs", name)
+    advantages = _input(inputs, "advantages", name)
+    loss, _ = get_policy_loss(name)(logprobs, sampling, advantages, mask, algo, normalizer=_TOKEN_SUM)
+    return loss
+
+
+def ppo(
+    logprobs: torch.Tensor,
+    inputs: Mapping[str, torch.Tensor],
+    mask: torch.Tensor,
+    config: Mapping[str, float | str],
+) -> torch.Tensor:
+    """PPO's clipped surrogate on the sampling ratio ``r``: ``sum(-min(r A, clip(r, low, high) A))``
+    (aloft's ``ppo`` with ``clip_low = 1 - low`` and ``clip_high = high - 1``)."""
+    low, high = _thresholds(config, "ppo")
+    algo = SimpleNamespace(clip_low=1.0 - low, clip_high=high - 1.0, loss_reduction="token_mean")
+    return _aloft_loss("ppo", logprobs, inputs, mask, algo)
+
+
+def cispo(
+    logprobs: torch.Tensor,
+    inputs: Mapping[str, torch.Tensor],
+    mask: torch.Tensor,
+    config: Mapping[str, float | str],
+) -> torch.Tensor:
+    """CISPO: ``sum(-sg(clip(r, low, high)) * A * logprobs)``, the weight clipped on both sides as
+    Tinker does (aloft's ``cispo`` with ``cispo_clip_low = 1 - low``, ``cispo_clip_high = high - 1``)."""
+    low, high = _thresholds(config, "cispo")
+    algo = SimpleNamespace(cispo_clip_low=1.0 - low, cispo_clip_high=high - 1.0, loss_reduction="token_mean")
+    return _aloft_loss("cispo", logprobs, inputs, mask, algo)
+
+
+LOSSES: dict[str, TokenLoss] = {
+    "cross_entropy": cross_entropy,
+    "importance_sampling": importance_sampling,
+    "ppo": ppo,
+    "cispo": cispo,
+}
+"""Tinker loss name -> per-token loss."""
+
+
+REQUIRED_INPUTS: dict[str, tuple[str, ...]] = {
+    "cross_entropy": ("target_tokens",),
+    "importance_sampling": ("target_tokens", "logprobs", "advantages"),
+    "ppo": ("target_tokens", "logprobs", "advantages"),
+    "cispo": ("target_tokens", "logprobs", "advantages"),
+}
+"""The ``loss_fn_inputs`` each loss reads (``weights`` is optional for cross_entropy)."""
+
+
+def check_loss_inputs(name: str, inputs: list[Mapping[str, object]]) -> None:
+    """Refuse, naming the datum and the key, a call whose datums lack an input its loss needs."""
+    token_loss(name)
+    for index, datum in enumerate(inputs):
+        missing = [key for key in REQUIRED_INPUTS[name] if key not in datum]
+        if missing:
+            raise TinkerUserError(
+                f"loss {name!r} needs loss_fn_inputs{missing}; datum {index} has: {sorted(datum)}"
+            )
+
+
+def token_loss(name: str) -> TokenLoss:
+    """The per-token loss Tinker calls ``name``, or a ``TinkerUserError`` that lists the ones served."""
+    if name not in LOSSES:
+        raise TinkerUserError(f"loss_fn {name!r} is not served by aloft; choose one of: {', '.join(LOSSES)}")
+    return LOSSES[name]

@@ -1,0 +1,273 @@
+"""``aloft tinker-serve``: the Tinker API (the wire protocol of the official ``tinker`` SDK 0.38) over
+aloft's own training pieces, so a loop written against Tinker runs on this machine unchanged.
+
+Routes are under ``/api/v1``. Session calls (``client/config``, ``create_session``, heartbeats,
+telemetry) answer at once; operations (``create_model``, ``forward_backward``, ``optim_step``, ...)
+are accepted with a ``request_id`` and run on aloft's compute thread in the order they arrived,
+their results fetched with ``retrieve_future`` (see ``aloft.tinker.futures``). ``forward_backward``
+requests and results are protobuf (``aloft.tinker.wire``); everything else is JSON.
+
+Errors use the SDK's classes: a request that cannot be served is HTTP 400 (``BadRequestError``), an
+unknown session, client or future 404 (``NotFoundError``), a wrong API key 401
+(``AuthenticationError``), and an operation that fails after it was accepted a failed future
+(``RequestFailedError``, category ``user`` when the request was at fault).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from aloft.tinker.errors import TinkerNotFoundError, TinkerUserError
+from aloft.tinker.futures import FutureTable
+from aloft.tinker.losses import check_loss_inputs
+from aloft.tinker.training import AdamParams, LoraSpec, TrainingHost
+from aloft.tinker.wire import decode_forward_backward, encode_forward_backward_output
+
+PROTOBUF = "application/x-protobuf"
+
+
+@dataclass(kw_only=True)
+class Session:
+    session_id: str
+    last_seen: float = field(default_factory=time.monotonic)
+    model_ids: set[str] = field(default_factory=set)
+
+
+class TinkerService:
+    """The state behind the routes: sessions, the training host and the futures table."""
+
+    def __init__(
+        self, model: str, *, max_length: int = 4096, hold_s: float = 20.0, api_key: str | None = None
+    ) -> None:
+        self.model = model
+        self.api_key = api_key
+        self.host = TrainingHost(model, max_length=max_length)
+        self.futures = FutureTable(hold_s=hold_s)
+        self.sessions: dict[str, Session] = {}
+        self._session_ids = itertools.count(1)
+
+    def session(self, session_id: str) -> Session:
+        if session_id not in self.sessions:
+            raise TinkerNotFoundError(
+                f"no session {session_id!r} on this server (create one with a new ServiceClient)"
+            )
+        session = self.sessions[session_id]
+        session.last_seen = time.monotonic()
+        return session
+
+    def check_base_model(self, base_model: str | None) -> None:
+        if base_model is not None and base_model not in (self.model, self.host.path):
+            raise TinkerUserError(
+                f"base model {base_model!r} is not served here; this server serves {self.model!r} "
+                f"(start another with `aloft tinker-serve --model {base_model}`)"
+            )
+
+
+def _number(body: dict[str, Any], key: str) -> int:
+    value = body.get(key)
+    if not isinstance(value, int):
+        raise TinkerUserError(f"request needs an integer {key!r}")
+    return value
+
+
+def create_app(service: TinkerService) -> FastAPI:
+    app = FastAPI(title="aloft tinker-serve")
+
+    @app.exception_handler(TinkerUserError)
+    async def _bad_request(request: Request, error: TinkerUserError) -> JSONResponse:
+        return JSONResponse({"detail": str(error)}, status_code=400)
+
+    @app.exception_handler(TinkerNotFoundError)
+    async def _not_found(request: Request, error: TinkerNotFoundError) -> JSONResponse:
+        return JSONResponse({"detail": str(error)}, status_code=404)
+
+    @app.middleware("http")
+    async def _authenticate(request: Request, call_next: Any) -> Response:
+        if service.api_key is not None and request.headers.get("x-api-key") != service.api_key:
+            return JSONResponse(
+                {"detail": "wrong or missing API key (X-API-Key / TINKER_API_KEY)"}, status_code=401
+            )
+        return await call_next(request)
+
+    async def _json(request: Request) -> dict[str, Any]:
+        try:
+            body = await request.json()
+        except ValueError:
+            raise TinkerUserError("request body is not JSON") from None
+        if not isinstance(body, dict):
+            raise TinkerUserError("request body must be a JSON object")
+        return body
+
+    def _future(request_id: str, model_id: str | None = None) -> dict[str, Any]:
+        return {"request_id": request_id, **({"model_id": model_id} if model_id else {})}
+
+    # --- session and configuration --------------------------------------------------------------
+
+    @app.post("/api/v1/client/config")
+    async def client_config() -> dict[str, Any]:
+        # One forward_backward request per call (no client-side chunking), no compression.
+        return {"pjwt_auth_enabled": False, "proto_compress_fwdbwd": False, "fwdbwd_max_chunk_len": 1 << 20}
+
+    @app.post("/api/v1/client/dynamic_config")
+    async def dynamic_config() -> dict[str, Any]:
+        return {}
+
+    @app.post("/api/v1/create_session")
+    async def create_session(request: Request) -> dict[str, Any]:
+        await _json(request)
+        session_id = f"session-{next(service._session_ids)}"
+        service.sessions[session_id] = Session(session_id=session_id)
+        return {"session_id": session_id}
+
+    @app.post("/api/v1/session_heartbeat")
+    async def heartbeat(request: Request) -> dict[str, Any]:
+        service.session(str((await _json(request)).get("session_id")))
+        return {"type": "session_heartbeat"}
+
+    @app.post("/api/v1/telemetry")
+    async def telemetry() -> dict[str, Any]:
+        return {"status": "accepted"}
+
+    @app.post("/api/v1/sessions/{session_id}/finish")
+    async def finish_session(session_id: str) -> dict[str, Any]:
+        service.session(session_id)
+        return {}
+
+    @app.get("/api/v1/healthz")
+    async def healthz() -> dict[str, Any]:
+        return {"status": "ok"}
+
+    @app.get("/api/v1/get_server_capabilities")
+    async def capabilities() -> dict[str, Any]:
+        return {
+            "supported_models": [
+                {
+                    "model_name": service.model,
+                    "max_context_length": service.host.max_length,
+                    "trainable": True,
+                }
+            ]
+        }
+
+    # --- training ---------------------------------------------------------------------------
+
+    @app.post("/api/v1/create_model")
+    async def create_model(request: Request) -> dict[str, Any]:
+        body = await _json(request)
+        session = service.session(str(body.get("session_id")))
+        service.check_base_model(body.get("base_model"))
+        lora = body.get("lora_config") or {}
+        spec = LoraSpec(
+            rank=int(lora.get("rank", 32)),
+            train_attn=bool(lora.get("train_attn", True)),
+            train_mlp=bool(lora.get("train_mlp", True)),
+            train_unembed=bool(lora.get("train_unembed", True)),
+            seed=lora.get("seed"),
+        )
+        model_id = f"{session.session_id}:train:{_number(body, 'model_seq_id')}"
+        if model_id in service.host.clients:
+            raise TinkerUserError(f"training client {model_id!r} already exists")
+        spec.target_modules()  # refuse an empty LoRA now, not in the future
+
+        def work() -> dict[str, Any]:
+            service.host.create(model_id, spec)
+            session.model_ids.add(model_id)
+            return {"model_id": model_id, "type": "create_model"}
+
+        return _future(service.futures.submit(work), model_id)
+
+    @app.post("/api/v1/get_info")
+    async def get_info(request: Request) -> dict[str, Any]:
+        model_id = str((await _json(request)).get("model_id"))
+        state = service.host.client(model_id)
+        return {
+            "model_id": model_id,
+            "model_data": {"model_name": service.model, "tokenizer_id": service.host.path},
+            "is_lora": True,
+            "lora_rank": state.spec.rank,
+            "model_name": service.model,
+            "type": "get_info",
+        }
+
+    @app.post("/api/v1/unload_model")
+    async def unload_model(request: Request) -> dict[str, Any]:
+        model_id = str((await _json(request)).get("model_id"))
+        service.host.client(model_id)
+
+        def work() -> dict[str, Any]:
+            service.host.remove(model_id)
+            return {"model_id": model_id, "type": "unload_model"}
+
+        return _future(service.futures.submit(work), model_id)
+
+    @app.post("/api/v1/forward_backward")
+    async def forward_backward(request: Request) -> dict[str, Any]:
+        if PROTOBUF not in request.headers.get("content-type", ""):
+            raise TinkerUserError(f"forward_backward takes a {PROTOBUF} body (tinker SDK >= 0.38)")
+        call = decode_forward_backward(await request.body())
+        service.host.client(call.model_id)
+        # An unknown loss, a missing input or an over-long datum is refused before it queues.
+        check_loss_inputs(call.loss_fn, [datum.inputs for datum in call.data])
+        service.host.check_lengths(call.data)
+
+        def work() -> bytes:
+            outputs, metrics = service.host.forward_backward(
+                call.model_id, call.data, call.loss_fn, call.loss_fn_config, forward_only=call.forward_only
+            )
+            return encode_forward_backward_output(outputs, metrics)
+
+        return _future(service.futures.submit(work), call.model_id)
+
+    @app.post("/api/v1/optim_step")
+    async def optim_step(request: Request) -> dict[str, Any]:
+        body = await _json(request)
+        model_id = str(body.get("model_id"))
+        service.host.client(model_id)
+        adam = body.get("adam_params")
+        if adam is None:
+            raise TinkerUserError("optim_step needs adam_params; aloft serves the Adam optimizer only")
+        fields = AdamParams.__dataclass_fields__
+        params = AdamParams(**{key: float(value) for key, value in adam.items() if key in fields})
+
+        def work() -> dict[str, Any]:
+            return {"metrics": service.host.optim_step(model_id, params)}
+
+        return _future(service.futures.submit(work), model_id)
+
+    # --- futures ----------------------------------------------------------------------------
+
+    @app.post("/api/v1/retrieve_future")
+    async def retrieve_future(request: Request) -> Response:
+        request_id = str((await _json(request)).get("request_id"))
+        outcome = await service.futures.retrieve(request_id)
+        if outcome is None:
+            return JSONResponse({"type": "try_again", "request_id": request_id, "queue_state": "active"})
+        if outcome.error is not None:
+            return JSONResponse({"error": outcome.error, "category": outcome.category})
+        if outcome.proto is not None:
+            return Response(outcome.proto, media_type=PROTOBUF)
+        return JSONResponse(outcome.json)
+
+    return app
+
+
+def serve(
+    model: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8001,
+    max_length: int = 4096,
+    api_key: str | None = None,
+) -> None:
+    """Run the Tinker server until interrupted (loads ``model`` first, so a bad name fails at once)."""
+    import uvicorn
+
+    uvicorn.run(
+        create_app(TinkerService(model, max_length=max_length, api_key=api_key)), host=host, port=port
+    )

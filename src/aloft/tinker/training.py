@@ -1,0 +1,230 @@
+"""Tinker training clients on aloft: LoRA adapters sharing one base model, each with its own AdamW.
+
+A ``TrainingHost`` holds one base model (loaded once) wrapped by peft; every training client is a
+named adapter on it (``create_lora_training_client``), switched in for that client's calls. Gradients
+of ``forward_backward`` accumulate on the client's own adapter until its ``optim_step``, so clients
+interleave freely. Everything here runs on aloft's compute thread, one call at a time, in the order
+the server accepted them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from aloft.algorithms import logprobs_from_logits
+from aloft.models.loading import load_model, load_tokenizer, resolve_model_path
+from aloft.tinker.errors import TinkerNotFoundError, TinkerUserError
+from aloft.tinker.losses import token_loss
+from aloft.tinker.wire import Datum
+
+ATTENTION_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
+MLP_MODULES = ("gate_proj", "up_proj", "down_proj")
+UNEMBED_MODULES = ("lm_head",)
+LORA_ALPHA = 32
+"""peft's ``lora_alpha`` for every client (scale ``alpha / rank``)."""
+
+
+@dataclass(kw_only=True)
+class LoraSpec:
+    """What ``create_lora_training_client`` asks for."""
+
+    rank: int
+    train_attn: bool = True
+    train_mlp: bool = True
+    train_unembed: bool = True
+    seed: int | None = None
+
+    def target_modules(self) -> list[str]:
+        modules = [
+            *(ATTENTION_MODULES if self.train_attn else ()),
+            *(MLP_MODULES if self.train_mlp else ()),
+            *(UNEMBED_MODULES if self.train_unembed else ()),
+        ]
+        if not modules:
+            raise TinkerUserError("a LoRA training client needs train_attn, train_mlp or train_unembed")
+        return modules
+
+
+@dataclass(kw_only=True)
+class AdamParams:
+    """Tinker's ``AdamParams`` (decoupled weight decay; ``grad_clip_norm`` 0 = no clipping)."""
+
+    learning_rate: float = 1e-4
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-12
+    weight_decay: float = 0.0
+    grad_clip_norm: float = 0.0
+
+
+@dataclass(kw_only=True)
+class TrainingClientState:
+    model_id: str
+    spec: LoraSpec
+    optimizer: torch.optim.AdamW
+    parameters: list[torch.nn.Parameter]
+    steps: int = 0
+    pending_backwards: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class TrainingHost:
+    """One base model and the LoRA training clients on it."""
+
+    def __init__(self, base_model: str, *, max_length: int = 4096) -> None:
+        self.base_model = base_model
+        self.path = resolve_model_path(base_model)
+        self.tokenizer = load_tokenizer(self.path)
+        self.max_length = max_length
+        self._base: torch.nn.Module = load_model(self.path)
+        self._peft: Any = None  # the PeftModel, made with the first client
+        self.clients: dict[str, TrainingClientState] = {}
+
+    # --- clients -----------------------------------------------------------------------------
+
+    def create(self, model_id: str, spec: LoraSpec) -> None:
+        from peft import LoraConfig, get_peft_model
+
+        if spec.rank < 1:
+            raise TinkerUserError(f"LoRA rank must be >= 1, got {spec.rank}")
+        config = LoraConfig(r=spec.rank, lora_alpha=LORA_ALPHA, target_modules=spec.target_modules())
+        if spec.seed is not None:
+            torch.manual_seed(spec.seed)
+        if self._peft is None:
+            self._peft = get_peft_model(self._base, config, adapter_name=_adapter(model_id))
+        else:
+            self._peft.add_adapter(_adapter(model_id), config)
+        parameters = [
+            parameter
+            for name, parameter in self._peft.named_parameters()
+            if f".{_adapter(model_id)}." in name
+        ]
+        optimizer = torch.optim.AdamW(parameters, lr=AdamParams.learning_rate)
+        self.clients[model_id] = TrainingClientState(
+            model_id=model_id, spec=spec, optimizer=optimizer, parameters=parameters
+        )
+
+    def client(self, model_id: str) -> TrainingClientState:
+        if model_id not in self.clients:
+            raise TinkerNotFoundError(f"no training client {model_id!r} on this server")
+        return self.clients[model_id]
+
+    def remove(self, model_id: str) -> None:
+        """Drop a client's adapter and optimizer state (``unload_model``, or its session ended)."""
+        self.client(model_id)
+        self._peft.delete_adapter(_adapter(model_id))
+        del self.clients[model_id]
+
+    def _activate(self, model_id: str) -> TrainingClientState:
+        state = self.client(model_id)
+        self._peft.set_adapter(_adapter(model_id))
+        return state
+
+    # --- forward / backward ------------------------------------------------------------------
+
+    def forward_backward(
+        self,
+        model_id: str,
+        data: list[Datum],
+        loss_fn: str,
+        config: dict[str, float | str],
+        *,
+        forward_only: bool,
+    ) -> tuple[list[dict[str, np.ndarray]], dict[str, float]]:
+        """Per-datum outputs (``logprobs`` ``[N]`` of each target token) and ``{"loss:sum": ...}``;
+        unless ``forward_only``, the loss's gradient is added to the client's adapter."""
+        loss_of = token_loss(loss_fn)
+        state = self._activate(model_id)
+        tokens, inputs, mask = self._batch(data)
+        self._peft.eval()  # no dropout: a forward gives the logprobs a forward_backward trains on
+        with torch.set_grad_enabled(not forward_only):
+            logits = self._peft(input_ids=tokens, attention_mask=mask.long()).logits
+            logprobs = logprobs_from_logits(logits, inputs.pop("target_tokens"))
+            loss = loss_of(logprobs, inputs, mask, config)
+            if not forward_only:
+                loss.backward()
+                state.pending_backwards += 1
+        lengths = mask.sum(-1).tolist()
+        outputs = [
+            {"logprobs": logprobs[row, :length].detach().float().numpy()}
+            for row, length in enumerate(lengths)
+        ]
+        return outputs, {"loss:sum": float(loss.detach())}
+
+    def check_lengths(self, data: list[Datum]) -> int:
+        """The longest datum's length; refuses an empty call or a datum over ``max_length``."""
+        if not data:
+            raise TinkerUserError("forward_backward needs at least one datum")
+        longest = max(len(datum.tokens) for datum in data)
+        if longest > self.max_length:
+            raise TinkerUserError(
+                f"a datum has {longest} tokens, over this server's limit of {self.max_length} "
+                "(start tinker-serve with a larger --max-length, or shorten the sequence)"
+            )
+        return longest
+
+    def _batch(self, data: list[Datum]) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+        """Datums padded to one length: tokens ``[B, N]``, loss inputs ``[B, N]`` (0 in padding) and
+        the mask of real positions ``[B, N]``."""
+        longest = self.check_lengths(data)
+        vocab = self._base.config.vocab_size
+        tokens = torch.zeros(len(data), longest, dtype=torch.long)
+        mask = torch.zeros(len(data), longest, dtype=torch.bool)
+        names = set().union(*(datum.inputs for datum in data)) | {"target_tokens"}
+        inputs = {name: torch.zeros(len(data), longest) for name in names}
+        inputs["target_tokens"] = torch.zeros(len(data), longest, dtype=torch.long)
+        for row, datum in enumerate(data):
+            n = len(datum.tokens)
+            if n == 0:
+                raise TinkerUserError(f"datum {row} has no model_input tokens")
+            tokens[row, :n] = torch.tensor(datum.tokens)
+            mask[row, :n] = True
+            if "target_tokens" not in datum.inputs:
+                raise TinkerUserError(f"datum {row} has no loss_fn_inputs['target_tokens']")
+            for name, value in datum.inputs.items():
+                if value.ndim != 1 or value.shape[0] != n:
+                    raise TinkerUserError(
+                        f"datum {row}: loss_fn_inputs[{name!r}] has shape {list(value.shape)}, "
+                        f"not [{n}] like its model_input"
+                    )
+                inputs[name][row, :n] = torch.from_numpy(np.ascontiguousarray(value)).to(inputs[name].dtype)
+        out_of_vocab = (
+            (tokens >= vocab)
+            | (tokens < 0)
+            | (inputs["target_tokens"] >= vocab)
+            | (inputs["target_tokens"] < 0)
+        )
+        if bool(out_of_vocab.any()):
+            raise TinkerUserError(f"token ids must be in [0, {vocab}) for {self.base_model}")
+        return tokens, inputs, mask
+
+    # --- optimizer ---------------------------------------------------------------------------
+
+    def optim_step(self, model_id: str, params: AdamParams) -> dict[str, float]:
+        """One AdamW step on the client's adapter with the gradients accumulated since its last step."""
+        state = self.client(model_id)
+        for group in state.optimizer.param_groups:
+            group.update(
+                lr=params.learning_rate,
+                betas=(params.beta1, params.beta2),
+                eps=params.eps,
+                weight_decay=params.weight_decay,
+            )
+        gradients = [p for p in state.parameters if p.grad is not None]
+        norm = float(torch.nn.utils.get_total_norm([p.grad for p in gradients])) if gradients else 0.0
+        if params.grad_clip_norm > 0 and gradients:
+            torch.nn.utils.clip_grads_with_norm_(gradients, params.grad_clip_norm, torch.tensor(norm))
+        state.optimizer.step()
+        state.optimizer.zero_grad(set_to_none=True)
+        state.steps += 1
+        state.pending_backwards = 0
+        return {"grad_norm:mean": norm}
+
+
+def _adapter(model_id: str) -> str:
+    """peft adapter names may not hold dots or colons; model ids hold colons."""
+    return "client_" + "".join(character if character.isalnum() else "_" for character in model_id)

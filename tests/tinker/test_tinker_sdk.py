@@ -1,0 +1,158 @@
+"""The official ``tinker`` SDK (PyPI, 0.38) against ``aloft tinker-serve`` on loopback: a real client
+no one here wrote, a real server process started by the CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+tinker = pytest.importorskip(
+    "tinker", reason="the tinker extra is not installed: pip install 'aloft[tinker]'"
+)
+from aloft.distributed import free_loopback_port  # noqa: E402
+from tinker import types  # noqa: E402
+
+API_KEY = "tml-aloft-test"
+
+
+def start_server(model_dir: str, *extra: str) -> tuple[subprocess.Popen[str], str]:
+    """``aloft tinker-serve`` on ``model_dir`` as a real process; returns it and its base URL once healthy."""
+    port = free_loopback_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "aloft.cli",
+            "tinker-serve",
+            "--model",
+            model_dir,
+            "--port",
+            str(port),
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if httpx.get(f"{url}/api/v1/healthz", timeout=1).status_code in (200, 401):
+                return process, url
+        except httpx.HTTPError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"tinker-serve did not start: {process.stdout.read()[-3000:]}")
+        time.sleep(0.2)
+
+
+def stop(process: subprocess.Popen[str]) -> None:
+    process.terminate()
+    process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir):
+    """``aloft tinker-serve`` on the tiny model; yields its base URL."""
+    process, url = start_server(tiny_model_dir, "--max-length", "64")
+    yield url
+    stop(process)
+
+
+@pytest.fixture(scope="module")
+def service(server):
+    with tinker.ServiceClient(base_url=server, api_key=API_KEY) as client:
+        yield client
+
+
+def sft_datum(tokens: list[int], weights: list[float] | None = None) -> types.Datum:
+    """Predict ``tokens[1:]`` from ``tokens[:-1]`` (Tinker's alignment), every target weighted 1."""
+    targets = tokens[1:]
+    return types.Datum(
+        model_input=types.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={"target_tokens": targets, "weights": weights or [1.0] * len(targets)},
+    )
+
+
+def test_forward_backward_and_optim_step_lower_the_loss_of_a_fixed_batch(service, tiny_model_dir):
+    training = service.create_lora_training_client(base_model=tiny_model_dir, rank=8).result()
+    batch = [sft_datum([5, 9, 14, 3, 27, 8, 11, 40]), sft_datum([6, 6, 21, 33, 2])]
+    losses = []
+    for _ in range(6):
+        result = training.forward_backward(batch, "cross_entropy").result()
+        training.optim_step(types.AdamParams(learning_rate=2e-2)).result()
+        losses.append(result.metrics["loss:sum"])
+        # cross_entropy is the sum of -logprob over the weighted targets of every datum.
+        logprobs = [output["logprobs"].tolist() for output in result.loss_fn_outputs]
+        assert [len(x) for x in logprobs] == [7, 4]
+        assert result.metrics["loss:sum"] == pytest.approx(-sum(map(sum, logprobs)), rel=1e-5)
+    assert losses[-1] < 0.7 * losses[0], losses
+
+
+def test_forward_only_leaves_the_weights_alone(service, tiny_model_dir):
+    training = service.create_lora_training_client(base_model=tiny_model_dir, rank=4).result()
+    batch = [sft_datum([1, 2, 3, 4, 5, 6])]
+    first = training.forward(batch, "cross_entropy").result().metrics["loss:sum"]
+    second = training.forward(batch, "cross_entropy").result().metrics["loss:sum"]
+    assert first == second
+
+
+def test_clients_on_one_server_keep_their_own_adapters(service, tiny_model_dir):
+    """Training one client does not move another's loss: each is its own adapter and optimizer."""
+    trained = service.create_lora_training_client(base_model=tiny_model_dir, rank=4).result()
+    untouched = service.create_lora_training_client(base_model=tiny_model_dir, rank=4).result()
+    batch = [sft_datum([7, 8, 9, 10, 11, 12, 13])]
+    before = untouched.forward(batch, "cross_entropy").result().metrics["loss:sum"]
+    losses = []
+    for _ in range(4):
+        losses.append(trained.forward_backward(batch, "cross_entropy").result().metrics["loss:sum"])
+        trained.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    assert losses[0] == pytest.approx(before, abs=1e-5)  # both start from the base model (B = 0)
+    assert trained.forward(batch, "cross_entropy").result().metrics["loss:sum"] < before, losses
+    assert untouched.forward(batch, "cross_entropy").result().metrics["loss:sum"] == pytest.approx(
+        before, abs=1e-6
+    )
+
+
+def test_bad_requests_get_the_sdk_s_errors(service, server, tiny_model_dir):
+    with pytest.raises(tinker.BadRequestError, match="is not served here"):
+        service.create_lora_training_client(base_model="Qwen/Qwen3-8B", rank=8).result()
+    training = service.create_lora_training_client(base_model=tiny_model_dir, rank=4).result()
+    with pytest.raises(tinker.BadRequestError, match="loss_fn 'dpo' is not served by aloft"):
+        training.forward_backward([sft_datum([1, 2, 3])], "dpo").result()
+    with pytest.raises(tinker.BadRequestError, match="over this server's limit of 64"):
+        training.forward_backward([sft_datum(list(range(3, 80)))], "cross_entropy").result()
+    with pytest.raises(tinker.BadRequestError, match="needs loss_fn_inputs\\['advantages'\\]; datum 0 has"):
+        datum = types.Datum(
+            model_input=types.ModelInput.from_ints([1, 2]),
+            loss_fn_inputs={"target_tokens": [2, 3], "logprobs": [0.0, 0.0]},
+        )
+        training.forward_backward([datum], "importance_sampling").result()
+    # A client that made no mistake still trains after all that.
+    assert training.forward(batch := [sft_datum([4, 5, 6])], "cross_entropy").result().metrics["loss:sum"] > 0
+    del batch
+    # A wrong key on a server that requires one, and an unknown session, as raw HTTP.
+    unknown = httpx.post(
+        f"{server}/api/v1/session_heartbeat", json={"session_id": "nope", "type": "session_heartbeat"}
+    )
+    assert unknown.status_code == 404 and "no session 'nope'" in unknown.json()["detail"]
+
+
+def test_a_server_started_with_an_api_key_refuses_another(tiny_model_dir):
+    process, url = start_server(tiny_model_dir, "--api-key", API_KEY)
+    try:
+        with pytest.raises(tinker.AuthenticationError, match="wrong or missing API key"):
+            tinker.ServiceClient(base_url=url, api_key="tml-someone-else").create_lora_training_client(
+                base_model=tiny_model_dir, rank=4
+            ).result()
+        with tinker.ServiceClient(base_url=url, api_key=API_KEY) as client:
+            training = client.create_lora_training_client(base_model=tiny_model_dir, rank=4).result()
+            assert training.forward([sft_datum([3, 4, 5])], "cross_entropy").result().metrics["loss:sum"] > 0
+    finally:
+        stop(process)

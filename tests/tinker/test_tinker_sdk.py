@@ -156,3 +156,63 @@ def test_a_server_started_with_an_api_key_refuses_another(tiny_model_dir):
             assert training.forward([sft_datum([3, 4, 5])], "cross_entropy").result().metrics["loss:sum"] > 0
     finally:
         stop(process)
+
+
+def test_sample_returns_tokens_and_logprobs_that_compute_logprobs_repeats(service, tiny_model_dir):
+    training = service.create_lora_training_client(base_model=tiny_model_dir, rank=8).result()
+    batch = [sft_datum([5, 9, 14, 3, 27, 8, 11, 40])]
+    for _ in range(2):  # adapters that are not zero, so the sampler's weights differ from the base
+        training.forward_backward(batch, "cross_entropy").result()
+        training.optim_step(types.AdamParams(learning_rate=2e-2)).result()
+    sampler = training.save_weights_and_get_sampling_client().result()
+    prompt = types.ModelInput.from_ints([5, 9, 14])
+    result = sampler.sample(
+        prompt, num_samples=3, sampling_params=types.SamplingParams(max_tokens=6, seed=7)
+    ).result()
+    assert len(result.sequences) == 3
+    assert len({tuple(sequence.tokens) for sequence in result.sequences}) > 1  # one seed, three samples
+    for sequence in result.sequences:
+        assert 1 <= len(sequence.tokens) <= 6 and len(sequence.logprobs) == len(sequence.tokens)
+        assert sequence.stop_reason in ("stop", "length")
+        scored = sampler.compute_logprobs(types.ModelInput.from_ints([5, 9, 14, *sequence.tokens])).result()
+        assert scored[0] is None
+        assert scored[3:] == pytest.approx(sequence.logprobs, abs=1e-4)
+    # The sampler holds the training client's weights: its prompt logprobs are the client's forward logprobs.
+    tokens = [5, 9, 14, 3, 27, 8, 11, 40]
+    forward = (
+        training.forward([sft_datum(tokens)], "cross_entropy")
+        .result()
+        .loss_fn_outputs[0]["logprobs"]
+        .tolist()
+    )
+    assert sampler.compute_logprobs(types.ModelInput.from_ints(tokens)).result()[1:] == pytest.approx(
+        forward, abs=1e-4
+    )
+
+
+def test_save_weights_for_sampler_changes_what_the_sampler_generates(service, tiny_model_dir):
+    """Greedy decoding from the base model, then from weights trained towards one continuation."""
+    training = service.create_lora_training_client(base_model=tiny_model_dir, rank=8).result()
+    prompt = [11, 12, 13]
+    target = [50, 51, 52, 53]
+    greedy = types.SamplingParams(max_tokens=4, temperature=0.0)
+    base = service.create_sampling_client(base_model=tiny_model_dir)
+    base = base.result() if hasattr(base, "result") else base
+    before = base.sample(types.ModelInput.from_ints(prompt), 1, greedy).result().sequences[0].tokens
+    losses = []
+    for _ in range(10):
+        losses.append(
+            training.forward_backward([sft_datum(prompt + target)], "cross_entropy")
+            .result()
+            .metrics["loss:sum"]
+        )
+        training.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    assert losses[-1] < 0.01 * losses[0], losses
+    path = training.save_weights_for_sampler("taught").result().path
+    assert path.startswith("tinker://") and path.endswith("/sampler_weights/taught")
+    taught = service.create_sampling_client(model_path=path)
+    taught = taught.result() if hasattr(taught, "result") else taught
+    after = taught.sample(types.ModelInput.from_ints(prompt), 1, greedy).result().sequences[0].tokens
+    assert after == target != before
+    # The base sampler is still the base model after the engine switched weights.
+    assert base.sample(types.ModelInput.from_ints(prompt), 1, greedy).result().sequences[0].tokens == before

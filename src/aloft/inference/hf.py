@@ -38,7 +38,7 @@ from aloft.inference.stopping import DecodeLimits, end_of_completion_ids
 from aloft.models.compute_thread import compute_executor, on_compute_thread
 from aloft.models.loading import load_model, load_tokenizer
 from aloft.models.precision import fast_dtype
-from aloft.types import Completion, GenerationRequest, LoraAdapters
+from aloft.types import Completion, GenerationRequest, LoraAdapters, SamplingParams
 
 _DTYPES = {
     "float32": torch.float32,
@@ -212,6 +212,11 @@ class HFEngine:
         with torch.no_grad():
             for name, (a, b) in adapters.modules.items():
                 weight = modules[name].weight
+                if weight is self.model.get_input_embeddings().weight:
+                    # A tied output head: the adapter applies to the head alone, as in peft, so the
+                    # head gets a weight of its own and the input embeddings stay the base ones.
+                    modules[name].weight = torch.nn.Parameter(weight.detach().clone(), requires_grad=False)
+                    weight = modules[name].weight
                 base = self._lora_base.setdefault(name, weight.detach().clone())
                 delta = adapters.scale * (
                     b.to(weight.device, torch.float32) @ a.to(weight.device, torch.float32)
@@ -220,6 +225,28 @@ class HFEngine:
         repack_linears(self.model)
         self.prefix_cache.clear()
         self._version = version
+
+    async def prompt_logprobs(self, token_ids: list[int]) -> list[float | None]:
+        """Each token's logprob given the tokens before it, under the engine's current weights (None
+        for the first, which has no context): a prompt scored as Tinker's ``compute_logprobs`` does.
+        Runs between batches, in float32 from the logits, at temperature 1."""
+        if self._closed:
+            raise RuntimeError("HFEngine is closed; build a new engine")
+        if not token_ids:
+            return []
+        check_prompt(
+            GenerationRequest(prompt_ids=token_ids, sampling=SamplingParams(max_tokens=1)),
+            self._vocab_size,
+            self.limits.max_positions,
+        )
+        return await self._batcher.run_exclusive(self._prompt_logprobs, token_ids)
+
+    def _prompt_logprobs(self, token_ids: list[int]) -> list[float | None]:
+        ids = torch.tensor([token_ids], device=self.device)
+        with torch.no_grad():
+            logits = self.model(input_ids=ids).logits[0, :-1].float()
+        logprobs = logits.log_softmax(-1).gather(-1, ids[0, 1:, None])[:, 0]
+        return [None, *logprobs.tolist()]
 
     async def pause(self) -> None:
         """Start no new batch until ``resume()``; returns once the batch in flight (if any) is done.

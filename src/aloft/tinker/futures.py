@@ -13,7 +13,7 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +46,7 @@ class FutureTable:
         self.keep_s = keep_s
         self._entries: dict[str, _Entry] = {}
         self._ids = itertools.count(1)
+        self._tasks: set[asyncio.Task[Any]] = set()  # running async work, kept from the collector
 
     def submit(self, work: Callable[[], dict[str, Any] | bytes]) -> str:
         """Queue ``work`` (run on the compute thread; returns a JSON object or protobuf bytes) and
@@ -57,6 +58,18 @@ class FutureTable:
         loop = asyncio.get_running_loop()
         job = loop.run_in_executor(compute_executor(), work)
         job.add_done_callback(lambda finished: self._finish(entry, finished))
+        return request_id
+
+    def submit_async(self, work: Callable[[], Awaitable[dict[str, Any] | bytes]]) -> str:
+        """Like ``submit`` for work that runs on the event loop (sampling: the engine batches it)."""
+        self._forget_old()
+        request_id = f"req-{next(self._ids)}"
+        entry = _Entry()
+        self._entries[request_id] = entry
+        task = asyncio.get_running_loop().create_task(work())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda finished: self._finish(entry, finished))
         return request_id
 
     def _finish(self, entry: _Entry, job: asyncio.Future[Any]) -> None:

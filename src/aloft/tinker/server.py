@@ -26,10 +26,13 @@ from fastapi.responses import JSONResponse, Response
 from aloft.tinker.errors import TinkerNotFoundError, TinkerUserError
 from aloft.tinker.futures import FutureTable
 from aloft.tinker.losses import check_loss_inputs
+from aloft.tinker.sampling import Sampler, SamplingHost, decode_sample_request
 from aloft.tinker.training import AdamParams, LoraSpec, TrainingHost
 from aloft.tinker.wire import decode_forward_backward, encode_forward_backward_output
 
 PROTOBUF = "application/x-protobuf"
+BASE_SAMPLER = "base"
+"""The sampler of the base model itself (``create_sampling_client(base_model=...)``)."""
 
 
 @dataclass(kw_only=True)
@@ -48,6 +51,8 @@ class TinkerService:
         self.model = model
         self.api_key = api_key
         self.host = TrainingHost(model, max_length=max_length)
+        self.sampling = SamplingHost(self.host.path)
+        self.sampling.add(Sampler(sampler_id=BASE_SAMPLER, adapters=None))
         self.futures = FutureTable(hold_s=hold_s)
         self.sessions: dict[str, Session] = {}
         self._session_ids = itertools.count(1)
@@ -60,6 +65,27 @@ class TinkerService:
         session = self.sessions[session_id]
         session.last_seen = time.monotonic()
         return session
+
+    def sampler(self, body: dict[str, Any]) -> Sampler:
+        """The sampler an ``asample`` names: its sampling session, a saved path, or the base model."""
+        if body.get("sampling_session_id"):
+            sampler_id = str(body["sampling_session_id"])
+        elif body.get("model_path"):
+            sampler_id = self.sampler_by_path(str(body["model_path"])).sampler_id
+        else:
+            self.check_base_model(body.get("base_model"))
+            sampler_id = BASE_SAMPLER
+        if sampler_id not in self.sampling.samplers:
+            raise TinkerNotFoundError(f"no sampler {sampler_id!r} on this server")
+        return self.sampling.samplers[sampler_id]
+
+    def sampler_by_path(self, path: str) -> Sampler:
+        for sampler in self.sampling.samplers.values():
+            if sampler.model_path == path:
+                return sampler
+        raise TinkerNotFoundError(
+            f"no sampler weights at {path!r} on this server (save_weights_for_sampler makes them)"
+        )
 
     def check_base_model(self, base_model: str | None) -> None:
         if base_model is not None and base_model not in (self.model, self.host.path):
@@ -239,6 +265,67 @@ def create_app(service: TinkerService) -> FastAPI:
             return {"metrics": service.host.optim_step(model_id, params)}
 
         return _future(service.futures.submit(work), model_id)
+
+    # --- sampling ---------------------------------------------------------------------------
+
+    @app.post("/api/v1/save_weights_for_sampler")
+    async def save_weights_for_sampler(request: Request) -> dict[str, Any]:
+        body = await _json(request)
+        model_id = str(body.get("model_id"))
+        service.host.client(model_id)
+        session_id = model_id.split(":train:")[0]
+        name = body.get("path")
+        if name is not None and ("/" in str(name) or not str(name)):
+            raise TinkerUserError(f"a sampler weights name may not be empty or hold '/': {name!r}")
+
+        if name is None:  # save_weights_and_get_sampling_client: an unnamed sampler
+            sampler_id = f"{session_id}:sample:{_number(body, 'sampling_session_seq_id')}"
+
+        def work() -> dict[str, Any]:
+            adapters = service.host.adapters(model_id)
+            if name is None:
+                service.sampling.add(Sampler(sampler_id=sampler_id, adapters=adapters))
+                return {"sampling_session_id": sampler_id, "type": "save_weights_for_sampler"}
+            path = f"tinker://{model_id}/sampler_weights/{name}"
+            service.sampling.add(Sampler(sampler_id=path, adapters=adapters, model_path=path))
+            return {"path": path, "type": "save_weights_for_sampler"}
+
+        return _future(service.futures.submit(work), model_id)
+
+    @app.post("/api/v1/create_sampling_session")
+    async def create_sampling_session(request: Request) -> dict[str, Any]:
+        body = await _json(request)
+        session = service.session(str(body.get("session_id")))
+        sampler_id = f"{session.session_id}:sample:{_number(body, 'sampling_session_seq_id')}"
+        if body.get("model_path"):
+            saved = service.sampler_by_path(str(body["model_path"]))
+            service.sampling.add(
+                Sampler(sampler_id=sampler_id, adapters=saved.adapters, model_path=saved.model_path)
+            )
+        else:
+            service.check_base_model(body.get("base_model"))
+            service.sampling.add(Sampler(sampler_id=sampler_id, adapters=None))
+        return {"sampling_session_id": sampler_id}
+
+    @app.get("/api/v1/samplers/{sampler_id}")
+    async def get_sampler(sampler_id: str) -> dict[str, Any]:
+        sampler = service.sampler({"sampling_session_id": sampler_id})
+        return {
+            "sampler_id": sampler_id,
+            "base_model": service.model,
+            **({"model_path": sampler.model_path} if sampler.model_path else {}),
+        }
+
+    @app.post("/api/v1/asample")
+    async def asample(request: Request) -> dict[str, Any]:
+        body = await _json(request)
+        sampler = service.sampler(body)
+        call = decode_sample_request(body, service.host.max_length)
+        request_id = service.futures.submit_async(lambda: service.sampling.sample(sampler, call))
+        return {
+            "request_id": request_id,
+            "sample_sequence_ids": [f"{request_id}:{i}" for i in range(call.num_samples)],
+        }
 
     # --- futures ----------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from aloft.models.loading import load_model, load_tokenizer, resolve_model_path
 from aloft.tinker.errors import TinkerNotFoundError, TinkerUserError
 from aloft.tinker.losses import token_loss
 from aloft.tinker.wire import Datum
+from aloft.types import LoraAdapters
 
 ATTENTION_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP_MODULES = ("gate_proj", "up_proj", "down_proj")
@@ -202,6 +203,11 @@ class TrainingHost:
             raise TinkerUserError(f"token ids must be in [0, {vocab}) for {self.base_model}")
         return tokens, inputs, mask
 
+    def adapters(self, model_id: str) -> LoraAdapters:
+        """A snapshot of the client's adapters, for a sampler (``save_weights_for_sampler``)."""
+        self.client(model_id)
+        return _adapters_of(self._peft, _adapter(model_id))
+
     # --- optimizer ---------------------------------------------------------------------------
 
     def optim_step(self, model_id: str, params: AdamParams) -> dict[str, float]:
@@ -223,6 +229,20 @@ class TrainingHost:
         state.steps += 1
         state.pending_backwards = 0
         return {"grad_norm:mean": norm}
+
+
+def _adapters_of(peft_model: Any, adapter: str) -> LoraAdapters:
+    """One adapter's ``(A, B)`` per module under the HF module names, with peft's scale."""
+    modules: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    scale = None
+    for name, module in peft_model.named_modules():
+        lora_a = getattr(module, "lora_A", None)
+        if lora_a is not None and adapter in lora_a:
+            a, b = lora_a[adapter].weight, module.lora_B[adapter].weight
+            modules[name.removeprefix("base_model.model.")] = (a.detach().clone(), b.detach().clone())
+            scale = module.scaling[adapter]
+    assert scale is not None, f"adapter {adapter} has no LoRA modules"
+    return LoraAdapters(scale=float(scale), modules=modules)
 
 
 def _adapter(model_id: str) -> str:

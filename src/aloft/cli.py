@@ -213,6 +213,11 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     tinker.add_argument("--port", type=int, default=8001)
     tinker.add_argument("--max-length", type=int, default=4096, help="longest datum or prompt, in tokens")
     tinker.add_argument(
+        "--checkpoint-dir",
+        default="tinker-checkpoints",
+        help="where tinker:// paths live (default: ./tinker-checkpoints)",
+    )
+    tinker.add_argument(
         "--api-key", default=None, help="require this X-API-Key (TINKER_API_KEY); default: any"
     )
     return parser, data
@@ -368,7 +373,14 @@ def _tinker_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    serve(args.model, host=args.host, port=args.port, max_length=args.max_length, api_key=args.api_key)
+    serve(
+        args.model,
+        host=args.host,
+        port=args.port,
+        checkpoint_dir=args.checkpoint_dir,
+        max_length=args.max_length,
+        api_key=args.api_key,
+    )
     return 0
 
 

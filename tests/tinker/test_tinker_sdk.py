@@ -58,9 +58,15 @@ def stop(process: subprocess.Popen[str]) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(tiny_model_dir):
+def server(tiny_model_dir, tmp_path_factory):
     """``aloft tinker-serve`` on the tiny model; yields its base URL."""
-    process, url = start_server(tiny_model_dir, "--max-length", "64")
+    process, url = start_server(
+        tiny_model_dir,
+        "--max-length",
+        "64",
+        "--checkpoint-dir",
+        str(tmp_path_factory.mktemp("tinker-checkpoints")),
+    )
     yield url
     stop(process)
 
@@ -216,3 +222,68 @@ def test_save_weights_for_sampler_changes_what_the_sampler_generates(service, ti
     assert after == target != before
     # The base sampler is still the base model after the engine switched weights.
     assert base.sample(types.ModelInput.from_ints(prompt), 1, greedy).result().sequences[0].tokens == before
+
+
+def test_save_state_then_load_state_into_a_new_client_continues_bit_identically(service, tiny_model_dir):
+    """Two more steps after a save, by the saving client and by a client made from the saved state
+    with its optimizer: the same losses to the last bit, and the same weights."""
+    batch = [sft_datum([5, 9, 14, 3, 27, 8, 11, 40]), sft_datum([6, 6, 21, 33, 2])]
+    adam = types.AdamParams(learning_rate=1e-2)
+
+    def steps(client, n):
+        losses = []
+        for _ in range(n):
+            losses.append(client.forward_backward(batch, "cross_entropy").result().metrics["loss:sum"])
+            client.optim_step(adam).result()
+        return losses
+
+    original = service.create_lora_training_client(base_model=tiny_model_dir, rank=8, seed=3).result()
+    steps(original, 2)
+    saved = original.save_state("two-steps").result().path
+    assert saved.startswith("tinker://") and saved.endswith("/weights/two-steps")
+    resumed = service.create_training_client_from_state_with_optimizer(saved).result()
+    assert steps(resumed, 2) == steps(original, 2)
+    final = [
+        output["logprobs"].tolist()
+        for output in original.forward(batch, "cross_entropy").result().loss_fn_outputs
+    ]
+    again = [
+        output["logprobs"].tolist()
+        for output in resumed.forward(batch, "cross_entropy").result().loss_fn_outputs
+    ]
+    assert final == again
+    # Without the optimizer state the same steps differ (Adam's moments start over).
+    fresh = service.create_training_client_from_state(saved).result()
+    assert steps(fresh, 2) != steps(
+        service.create_training_client_from_state_with_optimizer(saved).result(), 2
+    )
+    # Into an existing client of the same settings: its weights become the saved ones.
+    other = service.create_lora_training_client(base_model=tiny_model_dir, rank=8, seed=3).result()
+    other.load_state(saved).result()
+    assert other.forward(batch, "cross_entropy").result().metrics["loss:sum"] == pytest.approx(
+        service.create_training_client_from_state(saved)
+        .result()
+        .forward(batch, "cross_entropy")
+        .result()
+        .metrics["loss:sum"],
+        abs=0,
+    )
+
+
+def test_checkpoint_paths_that_name_nothing_or_clash_are_refused(service, tiny_model_dir):
+    training = service.create_lora_training_client(base_model=tiny_model_dir, rank=4).result()
+    training.save_state("once").result()
+    with pytest.raises(
+        tinker.BadRequestError, match="exists; save under another name or pass overwrite=True"
+    ):
+        training.save_state("once").result()
+    with pytest.raises(tinker.NotFoundError, match="no checkpoint at"):
+        service.create_training_client_from_state("tinker://session-1:train:0/weights/never-saved").result()
+    with pytest.raises(
+        tinker.BadRequestError, match="not a tinker://<model_id>/<weights|sampler_weights>/<name> path"
+    ):
+        training.load_state("tinker://only-two/parts").result()
+    rank_two = service.create_lora_training_client(base_model=tiny_model_dir, rank=2).result()
+    path = training.save_state("rank-four").result().path
+    with pytest.raises(tinker.RequestFailedError, match="differ from client"):
+        rank_two.load_state(path).result()

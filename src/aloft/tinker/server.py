@@ -18,11 +18,13 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from aloft.tinker.checkpoints import CheckpointStore, check_name
 from aloft.tinker.errors import TinkerNotFoundError, TinkerUserError
 from aloft.tinker.futures import FutureTable
 from aloft.tinker.losses import check_loss_inputs
@@ -46,9 +48,16 @@ class TinkerService:
     """The state behind the routes: sessions, the training host and the futures table."""
 
     def __init__(
-        self, model: str, *, max_length: int = 4096, hold_s: float = 20.0, api_key: str | None = None
+        self,
+        model: str,
+        *,
+        checkpoint_dir: str | Path = "tinker-checkpoints",
+        max_length: int = 4096,
+        hold_s: float = 20.0,
+        api_key: str | None = None,
     ) -> None:
         self.model = model
+        self.checkpoints = CheckpointStore(checkpoint_dir)
         self.api_key = api_key
         self.host = TrainingHost(model, max_length=max_length)
         self.sampling = SamplingHost(self.host.path)
@@ -266,6 +275,65 @@ def create_app(service: TinkerService) -> FastAPI:
 
         return _future(service.futures.submit(work), model_id)
 
+    # --- state ------------------------------------------------------------------------------
+
+    @app.post("/api/v1/save_weights")
+    async def save_weights(request: Request) -> dict[str, Any]:
+        body = await _json(request)
+        model_id = str(body.get("model_id"))
+        service.host.client(model_id)
+        path = service.checkpoints.uri(model_id, "weights", check_name(body.get("path")))
+        overwrite = bool(body.get("overwrite", False))
+        if service.checkpoints.directory(path, exists=False).exists() and not overwrite:
+            raise TinkerUserError(
+                f"a checkpoint {path!r} exists; save under another name or pass overwrite=True"
+            )
+
+        def work() -> dict[str, Any]:
+            service.checkpoints.write(path, lambda d: service.host.save_state(model_id, d), overwrite=True)
+            return {"path": path, "type": "save_weights"}
+
+        return _future(service.futures.submit(work), model_id)
+
+    @app.post("/api/v1/load_weights")
+    async def load_weights(request: Request) -> dict[str, Any]:
+        body = await _json(request)
+        path = str(body.get("path"))
+        directory = service.checkpoints.directory(path, "weights")
+        with_optimizer = bool(body.get("optimizer", False))
+        if body.get("model_id"):  # load_state into an existing client
+            model_id = str(body["model_id"])
+            service.host.client(model_id)
+            session = None
+        else:  # create_training_client_from_state[_with_optimizer]: a new client, then the load
+            session = service.session(str(body.get("session_id")))
+            service.check_base_model(body.get("base_model"))
+            model_id = f"{session.session_id}:train:{_number(body, 'model_seq_id')}"
+            if model_id in service.host.clients:
+                raise TinkerUserError(f"training client {model_id!r} already exists")
+
+        def work() -> dict[str, Any]:
+            if session is not None:
+                service.host.create(model_id, service.host.saved_spec(directory))
+                session.model_ids.add(model_id)
+            service.host.load_state(model_id, directory, optimizer=with_optimizer)
+            return {"path": path, "model_id": model_id, "type": "load_weights"}
+
+        return _future(service.futures.submit(work), model_id)
+
+    @app.post("/api/v1/weights_info")
+    async def weights_info(request: Request) -> dict[str, Any]:
+        directory = service.checkpoints.directory(str((await _json(request)).get("tinker_path")), "weights")
+        spec = service.host.saved_spec(directory)
+        return {
+            "base_model": service.model,
+            "is_lora": True,
+            "lora_rank": spec.rank,
+            "train_unembed": spec.train_unembed,
+            "train_mlp": spec.train_mlp,
+            "train_attn": spec.train_attn,
+        }
+
     # --- sampling ---------------------------------------------------------------------------
 
     @app.post("/api/v1/save_weights_for_sampler")
@@ -275,8 +343,8 @@ def create_app(service: TinkerService) -> FastAPI:
         service.host.client(model_id)
         session_id = model_id.split(":train:")[0]
         name = body.get("path")
-        if name is not None and ("/" in str(name) or not str(name)):
-            raise TinkerUserError(f"a sampler weights name may not be empty or hold '/': {name!r}")
+        if name is not None:
+            check_name(name)
 
         if name is None:  # save_weights_and_get_sampling_client: an unnamed sampler
             sampler_id = f"{session_id}:sample:{_number(body, 'sampling_session_seq_id')}"
@@ -286,7 +354,8 @@ def create_app(service: TinkerService) -> FastAPI:
             if name is None:
                 service.sampling.add(Sampler(sampler_id=sampler_id, adapters=adapters))
                 return {"sampling_session_id": sampler_id, "type": "save_weights_for_sampler"}
-            path = f"tinker://{model_id}/sampler_weights/{name}"
+            path = service.checkpoints.uri(model_id, "sampler_weights", str(name))
+            service.checkpoints.write(path, adapters.save_peft, overwrite=True)
             service.sampling.add(Sampler(sampler_id=path, adapters=adapters, model_path=path))
             return {"path": path, "type": "save_weights_for_sampler"}
 
@@ -349,12 +418,12 @@ def serve(
     *,
     host: str = "127.0.0.1",
     port: int = 8001,
+    checkpoint_dir: str = "tinker-checkpoints",
     max_length: int = 4096,
     api_key: str | None = None,
 ) -> None:
     """Run the Tinker server until interrupted (loads ``model`` first, so a bad name fails at once)."""
     import uvicorn
 
-    uvicorn.run(
-        create_app(TinkerService(model, max_length=max_length, api_key=api_key)), host=host, port=port
-    )
+    service = TinkerService(model, checkpoint_dir=checkpoint_dir, max_length=max_length, api_key=api_key)
+    uvicorn.run(create_app(service), host=host, port=port)

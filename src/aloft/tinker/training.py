@@ -9,11 +9,14 @@ the server accepted them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from safetensors.torch import load_file, save_file
 
 from aloft.algorithms import logprobs_from_logits
 from aloft.models.loading import load_model, load_tokenizer, resolve_model_path
@@ -207,6 +210,52 @@ class TrainingHost:
         """A snapshot of the client's adapters, for a sampler (``save_weights_for_sampler``)."""
         self.client(model_id)
         return _adapters_of(self._peft, _adapter(model_id))
+
+    # --- state -------------------------------------------------------------------------------
+
+    def save_state(self, model_id: str, directory: Path) -> None:
+        """Write the client's adapter (``adapter.safetensors``), its AdamW state (``optimizer.pt``) and
+        its LoRA settings (``state.json``) into ``directory``: what ``load_state`` needs to continue
+        bit-identically."""
+        state = self.client(model_id)
+        own = f".{_adapter(model_id)}."
+        tensors = {
+            name.replace(own, ".default."): parameter.detach().contiguous()
+            for name, parameter in self._peft.named_parameters()
+            if own in name
+        }
+        save_file(tensors, str(directory / "adapter.safetensors"))
+        torch.save(state.optimizer.state_dict(), directory / "optimizer.pt")
+        meta = {"base_model": self.base_model, "lora": asdict(state.spec), "steps": state.steps}
+        (directory / "state.json").write_text(json.dumps(meta, indent=2))
+
+    @staticmethod
+    def saved_spec(directory: Path) -> LoraSpec:
+        return LoraSpec(**json.loads((directory / "state.json").read_text())["lora"])
+
+    def load_state(self, model_id: str, directory: Path, *, optimizer: bool) -> None:
+        """Put a saved adapter (and, with ``optimizer``, its AdamW state) into an existing client of
+        the same LoRA settings."""
+        state = self.client(model_id)
+        saved = self.saved_spec(directory)
+        if saved != state.spec:
+            raise TinkerUserError(
+                f"the checkpoint's LoRA settings {asdict(saved)} differ from client {model_id!r}'s "
+                f"{asdict(state.spec)}; load it into a new client (create_training_client_from_state)"
+            )
+        own = f".{_adapter(model_id)}."
+        tensors = load_file(str(directory / "adapter.safetensors"))
+        with torch.no_grad():
+            for name, parameter in self._peft.named_parameters():
+                if own in name:
+                    parameter.copy_(tensors[name.replace(own, ".default.")])
+        if optimizer:
+            state.optimizer.load_state_dict(torch.load(directory / "optimizer.pt", weights_only=True))
+            state.steps = json.loads((directory / "state.json").read_text())["steps"]
+        else:
+            state.optimizer.state.clear()
+        for parameter in state.parameters:
+            parameter.grad = None
 
     # --- optimizer ---------------------------------------------------------------------------
 

@@ -36,15 +36,7 @@ class CheckpointManager:
         """Call ``write(tmp_dir)`` then publish it as ``step_<step>`` and prune old ones."""
         self.root.mkdir(parents=True, exist_ok=True)
         self._remove_partial()
-        final = self.root / f"step_{step}"
-        tmp = self.root / f"step_{step}.tmp-{os.getpid()}"
-        tmp.mkdir()
-        write(tmp)
-        _fsync_tree(tmp)
-        if final.exists():  # re-saving a step (e.g. after a resume): replace it
-            shutil.rmtree(final)
-        os.rename(tmp, final)
-        _fsync_dir(self.root)
+        final = write_directory_atomically(self.root / f"step_{step}", write)
         for old in self.steps()[: -self.keep]:
             shutil.rmtree(self.root / f"step_{old}", ignore_errors=True)
         return final
@@ -53,6 +45,24 @@ class CheckpointManager:
         for p in self.root.iterdir():
             if p.is_dir() and ".tmp-" in p.name:
                 shutil.rmtree(p, ignore_errors=True)
+
+
+def write_directory_atomically(final: Path, write: Callable[[Path], None]) -> Path:
+    """Call ``write(tmp_dir)`` on a sibling ``<final>.tmp-<pid>`` and rename it to ``final`` once every
+    file is flushed, replacing an existing ``final``: a reader sees the old directory or the whole
+    new one, never a part (a kill mid-write leaves the ``.tmp-`` sibling for the next start to remove)."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    write(tmp)
+    _fsync_tree(tmp)
+    if final.exists():  # re-saving (e.g. a step after a resume): replace it
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    _fsync_dir(final.parent)
+    return final
 
 
 def _fsync_tree(path: Path) -> None:

@@ -218,6 +218,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         help="where tinker:// paths live (default: ./tinker-checkpoints)",
     )
     tinker.add_argument(
+        "--session-timeout",
+        type=float,
+        default=300.0,
+        help="seconds without a request or heartbeat after which a session's clients are freed",
+    )
+    tinker.add_argument(
         "--api-key", default=None, help="require this X-API-Key (TINKER_API_KEY); default: any"
     )
     return parser, data
@@ -380,6 +386,7 @@ def _tinker_serve(args: argparse.Namespace) -> int:
         checkpoint_dir=args.checkpoint_dir,
         max_length=args.max_length,
         api_key=args.api_key,
+        session_timeout_s=args.session_timeout,
     )
     return 0
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -17,27 +19,18 @@ from aloft.distributed import free_loopback_port  # noqa: E402
 from tinker import types  # noqa: E402
 
 API_KEY = "tml-aloft-test"
+LOGS: dict[int, str] = {}
+"""Server pid -> the file its output goes to (removed when it stops)."""
 
 
 def start_server(model_dir: str, *extra: str) -> tuple[subprocess.Popen[str], str]:
-    """``aloft tinker-serve`` on ``model_dir`` as a real process; returns it and its base URL once healthy."""
+    """``aloft tinker-serve`` on ``model_dir`` as a real process; returns it and its base URL once
+    healthy. Its output goes to a file: a pipe nobody reads would block the server once full."""
     port = free_loopback_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "aloft.cli",
-            "tinker-serve",
-            "--model",
-            model_dir,
-            "--port",
-            str(port),
-            *extra,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    log = tempfile.NamedTemporaryFile("w", prefix="tinker-serve-", suffix=".log", delete=False)
+    command = [sys.executable, "-m", "aloft.cli", "tinker-serve", "--model", model_dir, "--port", str(port)]
+    process = subprocess.Popen([*command, *extra], stdout=log, stderr=subprocess.STDOUT, text=True)
+    LOGS[process.pid] = log.name
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while True:
@@ -48,13 +41,14 @@ def start_server(model_dir: str, *extra: str) -> tuple[subprocess.Popen[str], st
             pass
         if process.poll() is not None or time.monotonic() > deadline:
             process.kill()
-            pytest.fail(f"tinker-serve did not start: {process.stdout.read()[-3000:]}")
+            pytest.fail(f"tinker-serve did not start: {Path(log.name).read_text()[-3000:]}")
         time.sleep(0.2)
 
 
 def stop(process: subprocess.Popen[str]) -> None:
     process.terminate()
     process.wait(timeout=30)
+    Path(LOGS.pop(process.pid)).unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="module")
@@ -287,3 +281,44 @@ def test_checkpoint_paths_that_name_nothing_or_clash_are_refused(service, tiny_m
     path = training.save_state("rank-four").result().path
     with pytest.raises(tinker.RequestFailedError, match="differ from client"):
         rank_two.load_state(path).result()
+
+
+def test_a_dead_client_s_lease_ends_and_a_live_one_keeps_its_state(tiny_model_dir, tmp_path):
+    """A session that stops talking (a client killed without closing) has its training clients freed
+    after --session-timeout; a live SDK client on the same server keeps training throughout."""
+    process, url = start_server(tiny_model_dir, "--session-timeout", "4", "--checkpoint-dir", str(tmp_path))
+    try:
+        headers = {"X-API-Key": API_KEY}
+        dead = httpx.post(
+            f"{url}/api/v1/create_session", json={"tags": [], "type": "create_session"}, headers=headers
+        )
+        dead_session = dead.json()["session_id"]
+        created = httpx.post(
+            f"{url}/api/v1/create_model",
+            json={
+                "session_id": dead_session,
+                "model_seq_id": 0,
+                "base_model": tiny_model_dir,
+                "lora_config": {"rank": 4},
+            },
+            headers=headers,
+        ).json()
+        dead_model = created["model_id"]
+        with tinker.ServiceClient(base_url=url, api_key=API_KEY) as live_service:
+            live = live_service.create_lora_training_client(base_model=tiny_model_dir, rank=4).result()
+            batch = [sft_datum([5, 6, 7, 8, 9])]
+            losses = []
+            deadline = time.monotonic() + 6  # past the dead session's timeout, with requests every step
+            while time.monotonic() < deadline:
+                losses.append(live.forward_backward(batch, "cross_entropy").result().metrics["loss:sum"])
+                live.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+            assert losses[-1] < losses[0]
+            info = httpx.post(f"{url}/api/v1/get_info", json={"model_id": dead_model}, headers=headers)
+            assert info.status_code == 404 and "no request or heartbeat for 4 s" in info.json()["detail"]
+            beat = httpx.post(
+                f"{url}/api/v1/session_heartbeat", json={"session_id": dead_session}, headers=headers
+            )
+            assert beat.status_code == 410  # the SDK stops heartbeating an ended session
+            assert live.forward(batch, "cross_entropy").result().metrics["loss:sum"] < losses[0]
+    finally:
+        stop(process)

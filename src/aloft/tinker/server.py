@@ -24,12 +24,13 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from aloft.models.compute_thread import compute_executor
 from aloft.tinker.checkpoints import CheckpointStore, check_name
 from aloft.tinker.errors import TinkerNotFoundError, TinkerUserError
 from aloft.tinker.futures import FutureTable
 from aloft.tinker.losses import check_loss_inputs
 from aloft.tinker.sampling import Sampler, SamplingHost, decode_sample_request
-from aloft.tinker.training import AdamParams, LoraSpec, TrainingHost
+from aloft.tinker.training import AdamParams, LoraSpec, TrainingClientState, TrainingHost
 from aloft.tinker.wire import decode_forward_backward, encode_forward_backward_output
 
 PROTOBUF = "application/x-protobuf"
@@ -55,8 +56,11 @@ class TinkerService:
         max_length: int = 4096,
         hold_s: float = 20.0,
         api_key: str | None = None,
+        session_timeout_s: float = 300.0,
     ) -> None:
         self.model = model
+        self.session_timeout_s = session_timeout_s
+        self.ended: dict[str, str] = {}  # session id -> why it ended
         self.checkpoints = CheckpointStore(checkpoint_dir)
         self.api_key = api_key
         self.host = TrainingHost(model, max_length=max_length)
@@ -67,6 +71,12 @@ class TinkerService:
         self._session_ids = itertools.count(1)
 
     def session(self, session_id: str) -> Session:
+        """The live session (its lease renewed), or NotFound saying why it is gone."""
+        self.expire_sessions()
+        if session_id in self.ended:
+            raise TinkerNotFoundError(
+                f"session {session_id!r} ended ({self.ended[session_id]}); start a new ServiceClient"
+            )
         if session_id not in self.sessions:
             raise TinkerNotFoundError(
                 f"no session {session_id!r} on this server (create one with a new ServiceClient)"
@@ -75,10 +85,39 @@ class TinkerService:
         session.last_seen = time.monotonic()
         return session
 
+    def client(self, model_id: str) -> TrainingClientState:
+        """A training client of a live session (renewing the session's lease)."""
+        self.session(model_id.split(":train:")[0])
+        return self.host.client(model_id)
+
+    def expire_sessions(self) -> None:
+        """End every session not heard from for ``session_timeout_s`` (a dead client's lease)."""
+        horizon = time.monotonic() - self.session_timeout_s
+        for session in [s for s in self.sessions.values() if s.last_seen < horizon]:
+            self.end_session(session.session_id, f"no request or heartbeat for {self.session_timeout_s:g} s")
+
+    def end_session(self, session_id: str, why: str) -> None:
+        """Free a session's training clients and samplers (on the compute thread, after the work
+        already queued for them); other sessions' clients are untouched."""
+        session = self.sessions.pop(session_id)
+        self.ended[session_id] = why
+        samplers = [key for key in self.sampling.samplers if key.startswith(f"{session_id}:")]
+
+        def free() -> None:
+            for model_id in session.model_ids:
+                if model_id in self.host.clients:
+                    self.host.remove(model_id)
+            for key in samplers:
+                self.sampling.samplers.pop(key, None)
+
+        compute_executor().submit(free)
+
     def sampler(self, body: dict[str, Any]) -> Sampler:
         """The sampler an ``asample`` names: its sampling session, a saved path, or the base model."""
         if body.get("sampling_session_id"):
             sampler_id = str(body["sampling_session_id"])
+            if ":sample:" in sampler_id:  # a session's sampler: renews that session's lease
+                self.session(sampler_id.split(":sample:")[0])
         elif body.get("model_path"):
             sampler_id = self.sampler_by_path(str(body["model_path"])).sampler_id
         else:
@@ -161,9 +200,15 @@ def create_app(service: TinkerService) -> FastAPI:
         return {"session_id": session_id}
 
     @app.post("/api/v1/session_heartbeat")
-    async def heartbeat(request: Request) -> dict[str, Any]:
-        service.session(str((await _json(request)).get("session_id")))
-        return {"type": "session_heartbeat"}
+    async def heartbeat(request: Request) -> Response:
+        session_id = str((await _json(request)).get("session_id"))
+        service.expire_sessions()
+        if session_id in service.ended:  # 410: the SDK stops heartbeating
+            return JSONResponse(
+                {"detail": f"session {session_id!r} ended ({service.ended[session_id]})"}, status_code=410
+            )
+        service.session(session_id)
+        return JSONResponse({"type": "session_heartbeat"})
 
     @app.post("/api/v1/telemetry")
     async def telemetry() -> dict[str, Any]:
@@ -172,6 +217,7 @@ def create_app(service: TinkerService) -> FastAPI:
     @app.post("/api/v1/sessions/{session_id}/finish")
     async def finish_session(session_id: str) -> dict[str, Any]:
         service.session(session_id)
+        service.end_session(session_id, "finished by its client")
         return {}
 
     @app.get("/api/v1/healthz")
@@ -220,7 +266,7 @@ def create_app(service: TinkerService) -> FastAPI:
     @app.post("/api/v1/get_info")
     async def get_info(request: Request) -> dict[str, Any]:
         model_id = str((await _json(request)).get("model_id"))
-        state = service.host.client(model_id)
+        state = service.client(model_id)
         return {
             "model_id": model_id,
             "model_data": {"model_name": service.model, "tokenizer_id": service.host.path},
@@ -233,7 +279,7 @@ def create_app(service: TinkerService) -> FastAPI:
     @app.post("/api/v1/unload_model")
     async def unload_model(request: Request) -> dict[str, Any]:
         model_id = str((await _json(request)).get("model_id"))
-        service.host.client(model_id)
+        service.client(model_id)
 
         def work() -> dict[str, Any]:
             service.host.remove(model_id)
@@ -246,7 +292,7 @@ def create_app(service: TinkerService) -> FastAPI:
         if PROTOBUF not in request.headers.get("content-type", ""):
             raise TinkerUserError(f"forward_backward takes a {PROTOBUF} body (tinker SDK >= 0.38)")
         call = decode_forward_backward(await request.body())
-        service.host.client(call.model_id)
+        service.client(call.model_id)
         # An unknown loss, a missing input or an over-long datum is refused before it queues.
         check_loss_inputs(call.loss_fn, [datum.inputs for datum in call.data])
         service.host.check_lengths(call.data)
@@ -263,7 +309,7 @@ def create_app(service: TinkerService) -> FastAPI:
     async def optim_step(request: Request) -> dict[str, Any]:
         body = await _json(request)
         model_id = str(body.get("model_id"))
-        service.host.client(model_id)
+        service.client(model_id)
         adam = body.get("adam_params")
         if adam is None:
             raise TinkerUserError("optim_step needs adam_params; aloft serves the Adam optimizer only")
@@ -281,7 +327,7 @@ def create_app(service: TinkerService) -> FastAPI:
     async def save_weights(request: Request) -> dict[str, Any]:
         body = await _json(request)
         model_id = str(body.get("model_id"))
-        service.host.client(model_id)
+        service.client(model_id)
         path = service.checkpoints.uri(model_id, "weights", check_name(body.get("path")))
         overwrite = bool(body.get("overwrite", False))
         if service.checkpoints.directory(path, exists=False).exists() and not overwrite:
@@ -303,7 +349,7 @@ def create_app(service: TinkerService) -> FastAPI:
         with_optimizer = bool(body.get("optimizer", False))
         if body.get("model_id"):  # load_state into an existing client
             model_id = str(body["model_id"])
-            service.host.client(model_id)
+            service.client(model_id)
             session = None
         else:  # create_training_client_from_state[_with_optimizer]: a new client, then the load
             session = service.session(str(body.get("session_id")))
@@ -340,7 +386,7 @@ def create_app(service: TinkerService) -> FastAPI:
     async def save_weights_for_sampler(request: Request) -> dict[str, Any]:
         body = await _json(request)
         model_id = str(body.get("model_id"))
-        service.host.client(model_id)
+        service.client(model_id)
         session_id = model_id.split(":train:")[0]
         name = body.get("path")
         if name is not None:
@@ -421,9 +467,17 @@ def serve(
     checkpoint_dir: str = "tinker-checkpoints",
     max_length: int = 4096,
     api_key: str | None = None,
+    session_timeout_s: float = 300.0,
 ) -> None:
     """Run the Tinker server until interrupted (loads ``model`` first, so a bad name fails at once)."""
     import uvicorn
 
-    service = TinkerService(model, checkpoint_dir=checkpoint_dir, max_length=max_length, api_key=api_key)
-    uvicorn.run(create_app(service), host=host, port=port)
+    service = TinkerService(
+        model,
+        checkpoint_dir=checkpoint_dir,
+        max_length=max_length,
+        api_key=api_key,
+        session_timeout_s=session_timeout_s,
+    )
+    # Warnings only: the SDK long-polls retrieve_future; an access line per poll buries the rest.
+    uvicorn.run(create_app(service), host=host, port=port, log_level="warning")

@@ -322,3 +322,101 @@ def test_a_dead_client_s_lease_ends_and_a_live_one_keeps_its_state(tiny_model_di
             assert live.forward(batch, "cross_entropy").result().metrics["loss:sum"] < losses[0]
     finally:
         stop(process)
+
+
+def test_forward_backward_custom_runs_a_client_side_loss_through_the_server(service, tiny_model_dir):
+    """The SDK's custom loss: a forward for the logprobs, the user's loss on them, then a weighted
+    cross_entropy backward. With the loss -sum(logprobs) it must train exactly like cross_entropy."""
+    import torch
+
+    batch = [sft_datum([5, 9, 14, 3, 27, 8]), sft_datum([6, 6, 21, 33])]
+
+    def negative_log_likelihood(data, logprobs):
+        loss = -sum(lp.sum() for lp in logprobs)
+        return loss, {"nll:sum": float(loss.detach())}
+
+    custom = service.create_lora_training_client(base_model=tiny_model_dir, rank=4, seed=11).result()
+    builtin = service.create_lora_training_client(base_model=tiny_model_dir, rank=4, seed=11).result()
+    adam = types.AdamParams(learning_rate=1e-2)
+    for _ in range(2):
+        result = custom.forward_backward_custom(batch, negative_log_likelihood).result()
+        custom.optim_step(adam).result()
+        reference = builtin.forward_backward(batch, "cross_entropy").result()
+        builtin.optim_step(adam).result()
+        assert result.metrics["loss:sum"] == pytest.approx(reference.metrics["loss:sum"], rel=1e-5)
+    after = [
+        torch.tensor(o["logprobs"].tolist())
+        for o in custom.forward(batch, "cross_entropy").result().loss_fn_outputs
+    ]
+    expected = [
+        torch.tensor(o["logprobs"].tolist())
+        for o in builtin.forward(batch, "cross_entropy").result().loss_fn_outputs
+    ]
+    for got, want in zip(after, expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
+def test_concurrent_clients_get_their_own_errors_and_lose_no_state(server, tiny_model_dir):
+    """Two SDK clients train at once on one server, one of them also sending bad requests: the bad
+    ones get the SDK's errors, and the good client's losses equal a run on a quiet server's client."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    batch = [sft_datum([5, 9, 14, 3, 27, 8, 11, 40])]
+    adam = types.AdamParams(learning_rate=1e-2)
+
+    def train(seed: int, misbehave: bool) -> tuple[list[float], list[str]]:
+        with tinker.ServiceClient(base_url=server, api_key=API_KEY) as client:
+            training = client.create_lora_training_client(
+                base_model=tiny_model_dir, rank=4, seed=seed
+            ).result()
+            losses, errors = [], []
+            for _ in range(4):
+                if misbehave:  # a datum over --max-length, then a loss the server does not serve
+                    for data, loss in (([sft_datum(list(range(3, 90)))], "cross_entropy"), (batch, "dpo")):
+                        try:
+                            training.forward_backward(data, loss).result()
+                        except tinker.BadRequestError as error:
+                            errors.append(str(error))
+                losses.append(training.forward_backward(batch, "cross_entropy").result().metrics["loss:sum"])
+                training.optim_step(adam).result()
+            return losses, errors
+
+    with ThreadPoolExecutor(2) as pool:
+        good, bad = pool.submit(train, 21, False), pool.submit(train, 22, True)
+        good_losses, _ = good.result()
+        _, errors = bad.result()
+    assert len(errors) == 8 and all("limit of 64" in e or "'dpo' is not served" in e for e in errors)
+    quiet_losses, _ = train(21, False)
+    assert good_losses == quiet_losses
+
+
+def test_smollm2_trains_and_samples_through_the_sdk(tmp_path):
+    """The same calls on a real model (SmolLM2-135M-Instruct): the tokenizer comes from get_info, a
+    fixed sentence's loss falls, and sampled logprobs equal compute_logprobs."""
+    process, url = start_server("smollm2-135m-instruct", "--checkpoint-dir", str(tmp_path))
+    try:
+        with tinker.ServiceClient(base_url=url, api_key=API_KEY) as client:
+            training = client.create_lora_training_client(base_model="smollm2-135m-instruct", rank=8).result()
+            tokenizer = training.get_tokenizer()
+            tokens = tokenizer.encode("The capital of France is Paris, and the capital of Italy is Rome.")
+            losses = []
+            for _ in range(4):
+                losses.append(
+                    training.forward_backward([sft_datum(tokens)], "cross_entropy")
+                    .result()
+                    .metrics["loss:sum"]
+                )
+                training.optim_step(types.AdamParams(learning_rate=1e-3)).result()
+            assert losses[-1] < 0.7 * losses[0], losses
+            sampler = training.save_weights_and_get_sampling_client().result()
+            prompt = tokens[:6]
+            sampled = sampler.sample(
+                types.ModelInput.from_ints(prompt), 2, types.SamplingParams(max_tokens=8, seed=1)
+            ).result()
+            for sequence in sampled.sequences:
+                scored = sampler.compute_logprobs(
+                    types.ModelInput.from_ints(prompt + sequence.tokens)
+                ).result()
+                assert scored[len(prompt) :] == pytest.approx(sequence.logprobs, abs=1e-4)
+    finally:
+        stop(process)

@@ -72,5 +72,37 @@ def test_a_missing_input_or_an_unknown_loss_is_named():
         TinkerUserError, match="loss_fn 'dpo' is not served by aloft; choose one of: cross_entropy"
     ):
         check_loss_inputs("dpo", [])
+    with pytest.raises(TinkerUserError, match="use 'importance_sampling', 'ppo' or 'cispo'"):
+        check_loss_inputs("stable_reinforce", [])
     with pytest.raises(TinkerUserError, match="clip_low_threshold <= 1 <= clip_high_threshold"):
         loss_and_grad("ppo", [0.0], {"clip_high_threshold": 0.9}, logprobs=[0.0], advantages=[1.0])
+
+
+def test_dro_is_the_advantage_term_minus_a_quadratic_penalty_and_needs_beta():
+    # lp = log 0.5, sampling 0, A = 2, beta = 0.5: loss = -(2 log 0.5 - 0.25 log(0.5)^2),
+    # gradient -A + beta (lp - q) = -2 + 0.5 log 0.5.
+    loss, grad = loss_and_grad("dro", [HALF], {"beta": 0.5}, logprobs=[0.0], advantages=[2.0])
+    assert loss == pytest.approx(-(2 * HALF - 0.25 * HALF**2))
+    assert grad == pytest.approx([-2.0 + 0.5 * HALF])
+    with pytest.raises(TinkerUserError, match=r"loss 'dro' needs loss_fn_config\['beta'\]"):
+        loss_and_grad("dro", [HALF], logprobs=[0.0], advantages=[2.0])
+
+
+def test_gspo_gives_every_token_the_sequence_ratio_with_its_own_gradient():
+    # Ratios 2 and 0.5: their geometric mean is 1, inside the clip, so each token's loss is -A and
+    # its gradient -A (the ratio's value, 1, times A).
+    loss, grad = loss_and_grad(
+        "gspo", [DOUBLE, HALF], logprobs=[0.0, 0.0], advantages=[1.0, 3.0], sequence_ratio_mask=[1.0, 1.0]
+    )
+    assert loss == pytest.approx(-4.0) and grad == pytest.approx([-1.0, -3.0])
+    # Ratios 2 and 2: the sequence ratio 2 is clipped at 1 + 4e-4 (the GSPO paper's epsilon): no gradient.
+    loss, grad = loss_and_grad(
+        "gspo", [DOUBLE, DOUBLE], logprobs=[0.0, 0.0], advantages=[1.0, 1.0], sequence_ratio_mask=[1.0, 1.0]
+    )
+    assert loss == pytest.approx(-2 * 1.0004) and grad == pytest.approx([0.0, 0.0])
+    # Only the masked token sets the ratio (here 4 -> clipped); the unmasked one still carries it.
+    loss, _ = loss_and_grad(
+        "gspo", [math.log(4.0), HALF], {"clip_high_threshold": 10.0}, logprobs=[0.0, 0.0], advantages=[1.0, 1.0],
+        sequence_ratio_mask=[1.0, 0.0],
+    )  # fmt: skip
+    assert loss == pytest.approx(-8.0)

@@ -126,6 +126,14 @@ def test_bad_requests_get_the_sdk_s_errors(service, server, tiny_model_dir):
     training = service.create_lora_training_client(base_model=tiny_model_dir, rank=4).result()
     with pytest.raises(tinker.BadRequestError, match="loss_fn 'dpo' is not served by aloft"):
         training.forward_backward([sft_datum([1, 2, 3])], "dpo").result()
+    # stable_reinforce is refused on purpose, with why and what to use, and so is its sampler flag.
+    with pytest.raises(
+        tinker.BadRequestError, match="'stable_reinforce' is not served by aloft: its objective"
+    ):
+        training.forward_backward([sft_datum([1, 2, 3])], "stable_reinforce").result()
+    recording = training.save_weights_and_get_sampling_client(record_stability_info=True).result()
+    with pytest.raises(tinker.BadRequestError, match="record_stability_info is not served by aloft"):
+        recording.sample(types.ModelInput.from_ints([1, 2]), 1, types.SamplingParams(max_tokens=2)).result()
     with pytest.raises(tinker.BadRequestError, match="over this server's limit of 64"):
         training.forward_backward([sft_datum(list(range(3, 80)))], "cross_entropy").result()
     with pytest.raises(tinker.BadRequestError, match="needs loss_fn_inputs\\['advantages'\\]; datum 0 has"):
@@ -420,3 +428,37 @@ def test_smollm2_trains_and_samples_through_the_sdk(tmp_path):
                 assert scored[len(prompt) :] == pytest.approx(sequence.logprobs, abs=1e-4)
     finally:
         stop(process)
+
+
+def test_malformed_requests_are_400s_not_server_errors(server, service):
+    """Raw HTTP, as a broken or foreign client would send it: 400 with the reason (a 5xx would make
+    the SDK retry for minutes), and 404 for a future that does not exist."""
+    headers = {"X-API-Key": API_KEY}
+    session = httpx.post(
+        f"{server}/api/v1/create_session", json={"type": "create_session"}, headers=headers
+    ).json()
+    cases = [
+        (
+            "create_model",
+            {"session_id": session["session_id"], "model_seq_id": 0, "lora_config": {"rank": "eight"}},
+        ),
+        ("create_model", {"session_id": session["session_id"], "model_seq_id": "zero"}),
+        ("optim_step", {"model_id": "nobody:train:0", "adam_params": {"learning_rate": 1e-3}}),
+    ]
+    for route, body in cases:
+        response = httpx.post(f"{server}/api/v1/{route}", json=body, headers=headers)
+        assert response.status_code in (400, 404), (route, response.status_code, response.text)
+        assert response.json()["detail"]
+    garbage = httpx.post(
+        f"{server}/api/v1/forward_backward", content=bytes([0xFF, 0xFF, 0xFF, 0xFF]) + b" not protobuf",
+        headers={**headers, "content-type": "application/x-protobuf"},
+    )  # fmt: skip
+    assert garbage.status_code == 400 and "not a ForwardBackwardRequest protobuf" in garbage.json()["detail"]
+    not_json = httpx.post(
+        f"{server}/api/v1/optim_step", content=b"{", headers={**headers, "content-type": "application/json"}
+    )
+    assert not_json.status_code == 400 and "not JSON" in not_json.json()["detail"]
+    unknown = httpx.post(
+        f"{server}/api/v1/retrieve_future", json={"request_id": "req-999999"}, headers=headers
+    )
+    assert unknown.status_code == 404

@@ -123,11 +123,66 @@ def cispo(
     return _aloft_loss("cispo", logprobs, inputs, mask, algo)
 
 
+def dro(
+    logprobs: torch.Tensor,
+    inputs: Mapping[str, torch.Tensor],
+    mask: torch.Tensor,
+    config: Mapping[str, float | str],
+) -> torch.Tensor:
+    """DRO: ``sum(-(logprobs * A - beta / 2 * (logprobs - sampling_logprobs) ** 2))`` over every real
+    position, as Tinker's docs write it. ``beta`` is required (the docs give no default; their example
+    uses 0.05). As written, the penalty also acts where the advantage is 0: a prompt position padded
+    with a sampling logprob of 0 is pulled towards logprob 0 unless its datum leaves it out."""
+    if "beta" not in config:
+        raise TinkerUserError(
+            "loss 'dro' needs loss_fn_config['beta'] (Tinker's docs use 0.05 in their example)"
+        )
+    beta = float(config["beta"])
+    sampling = _input(inputs, "logprobs", "dro")
+    advantages = _input(inputs, "advantages", "dro")
+    return _sum(-(logprobs * advantages - 0.5 * beta * (logprobs - sampling) ** 2), mask)
+
+
+GSPO_CLIP_THRESHOLDS = (1.0 - 3e-4, 1.0 + 4e-4)
+"""GSPO's default ratio bounds: the paper's epsilons (aloft's gspo_clip_low / gspo_clip_high); Tinker's
+own defaults are not documented where we could read them."""
+
+
+def gspo(
+    logprobs: torch.Tensor,
+    inputs: Mapping[str, torch.Tensor],
+    mask: torch.Tensor,
+    config: Mapping[str, float | str],
+) -> torch.Tensor:
+    """GSPO-token: each datum's sequence ratio ``s = exp(mean over sequence_ratio_mask of
+    (sg(logprobs) - sampling_logprobs))``; token t carries ``s`` with its own logprob's gradient,
+    ``s_t = s * exp(logprobs - sg(logprobs))``, and PPO's clipped surrogate is summed over tokens."""
+    sampling = _input(inputs, "logprobs", "gspo")
+    advantages = _input(inputs, "advantages", "gspo")
+    in_ratio = (_input(inputs, "sequence_ratio_mask", "gspo") != 0) & mask
+    if not bool(in_ratio.any(-1)[mask.any(-1)].all()):
+        raise TinkerUserError("loss 'gspo' needs at least one nonzero sequence_ratio_mask position per datum")
+    low = float(config.get("clip_low_threshold", GSPO_CLIP_THRESHOLDS[0]))
+    high = float(config.get("clip_high_threshold", GSPO_CLIP_THRESHOLDS[1]))
+    if not 0.0 <= low <= 1.0 <= high:
+        raise TinkerUserError(
+            f"loss 'gspo' needs clip_low_threshold <= 1 <= clip_high_threshold, got {low} and {high}"
+        )
+    token_log_ratio = torch.where(in_ratio, logprobs.detach() - sampling, 0.0)
+    sequence_log_ratio = token_log_ratio.sum(-1) / in_ratio.sum(-1).clamp(min=1)
+    own = torch.where(mask, logprobs - logprobs.detach(), 0.0)
+    ratio = torch.exp(sequence_log_ratio.unsqueeze(-1) + own)
+    surrogate = torch.minimum(ratio * advantages, ratio.clamp(low, high) * advantages)
+    return _sum(-surrogate, mask)
+
+
 LOSSES: dict[str, TokenLoss] = {
     "cross_entropy": cross_entropy,
     "importance_sampling": importance_sampling,
     "ppo": ppo,
     "cispo": cispo,
+    "dro": dro,
+    "gspo": gspo,
 }
 """Tinker loss name -> per-token loss."""
 
@@ -137,6 +192,8 @@ REQUIRED_INPUTS: dict[str, tuple[str, ...]] = {
     "importance_sampling": ("target_tokens", "logprobs", "advantages"),
     "ppo": ("target_tokens", "logprobs", "advantages"),
     "cispo": ("target_tokens", "logprobs", "advantages"),
+    "dro": ("target_tokens", "logprobs", "advantages"),
+    "gspo": ("target_tokens", "logprobs", "advantages", "sequence_ratio_mask"),
 }
 """The ``loss_fn_inputs`` each loss reads (``weights`` is optional for cross_entropy)."""
 
@@ -152,8 +209,20 @@ def check_loss_inputs(name: str, inputs: list[Mapping[str, object]]) -> None:
             )
 
 
+NOT_SERVED: dict[str, str] = {
+    "stable_reinforce": (
+        "loss_fn 'stable_reinforce' is not served by aloft: its objective reads stability information "
+        "Tinker's own sampler records (sequence_id) and Tinker does not publish it; for off-policy "
+        "samples use 'importance_sampling', 'ppo' or 'cispo'"
+    ),
+}
+"""Losses Tinker names that aloft refuses on purpose, with why and what to use instead."""
+
+
 def token_loss(name: str) -> TokenLoss:
     """The per-token loss Tinker calls ``name``, or a ``TinkerUserError`` that lists the ones served."""
+    if name in NOT_SERVED:
+        raise TinkerUserError(NOT_SERVED[name])
     if name not in LOSSES:
         raise TinkerUserError(f"loss_fn {name!r} is not served by aloft; choose one of: {', '.join(LOSSES)}")
     return LOSSES[name]

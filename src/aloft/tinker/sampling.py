@@ -58,6 +58,11 @@ def decode_sample_request(body: dict[str, Any], max_length: int) -> SampleCall:
     for key in ("topk_prompt_logprobs", "topk_sample_logprobs", "prompt_alt_tokens_k"):
         if body.get(key):
             raise TinkerUserError(f"{key} > 0 is not served by aloft yet; ask for 0")
+    if body.get("record_stability_info"):
+        raise TinkerUserError(
+            "record_stability_info is not served by aloft (it feeds the stable_reinforce loss, which "
+            "aloft does not serve); create the sampling client without it"
+        )
     raw = body.get("sampling_params") or {}
     max_tokens = raw.get("max_tokens") or 256
     if len(prompt) + max_tokens > max_length:

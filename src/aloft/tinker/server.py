@@ -161,6 +161,14 @@ def create_app(service: TinkerService) -> FastAPI:
     async def _not_found(request: Request, error: TinkerNotFoundError) -> JSONResponse:
         return JSONResponse({"detail": str(error)}, status_code=404)
 
+    @app.exception_handler(ValueError)
+    @app.exception_handler(TypeError)
+    @app.exception_handler(KeyError)
+    async def _malformed(request: Request, error: Exception) -> JSONResponse:
+        # A body of the wrong shape (a string where a number goes, a missing field): the client's
+        # error, 400, never a 500 the SDK would retry.
+        return JSONResponse({"detail": f"malformed {request.url.path} request: {error!r}"}, status_code=400)
+
     @app.middleware("http")
     async def _authenticate(request: Request, call_next: Any) -> Response:
         if service.api_key is not None and request.headers.get("x-api-key") != service.api_key:
@@ -185,7 +193,8 @@ def create_app(service: TinkerService) -> FastAPI:
 
     @app.post("/api/v1/client/config")
     async def client_config() -> dict[str, Any]:
-        # One forward_backward request per call (no client-side chunking), no compression.
+        # No cap on datums per forward_backward request (the SDK still splits bodies over ~5 MB; the
+        # parts' gradients add up like one call's), and no zstd compression of the body.
         return {"pjwt_auth_enabled": False, "proto_compress_fwdbwd": False, "fwdbwd_max_chunk_len": 1 << 20}
 
     @app.post("/api/v1/client/dynamic_config")

@@ -2,7 +2,7 @@
 fetched with ``retrieve_future``, which this table answers by long-polling.
 
 The SDK re-polls at once, with no sleep, whenever the answer is "try again", so a pending future is
-held server-side for ``hold_s`` before saying so. Results stay for ``keep_s`` after they are ready:
+held server-side for ``hold_s`` (``HOLD_S``) before saying so. Results stay for ``keep_s`` after they are ready:
 the SDK may fetch one twice (a lost connection). Work runs on aloft's compute thread in the order it
 was accepted, which is the order Tinker's per-client ``seq_id`` s promise.
 """
@@ -21,6 +21,10 @@ from aloft.models.compute_thread import compute_executor
 from aloft.tinker.errors import TinkerNotFoundError, TinkerUserError
 
 log = logging.getLogger(__name__)
+
+HOLD_S = 40.0
+"""Seconds a ``retrieve_future`` waits for a pending result: under the SDK's 45 s read timeout, and
+long enough that a CPU step (a minute) costs a poll or two, each of which the SDK logs as a warning."""
 
 
 @dataclass(kw_only=True)
@@ -41,7 +45,7 @@ class _Entry:
 
 
 class FutureTable:
-    def __init__(self, *, hold_s: float = 20.0, keep_s: float = 600.0) -> None:
+    def __init__(self, *, hold_s: float = HOLD_S, keep_s: float = 600.0) -> None:
         self.hold_s = hold_s
         self.keep_s = keep_s
         self._entries: dict[str, _Entry] = {}

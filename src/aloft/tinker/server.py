@@ -27,7 +27,7 @@ from fastapi.responses import JSONResponse, Response
 from aloft.models.compute_thread import compute_executor
 from aloft.tinker.checkpoints import CheckpointStore, check_name
 from aloft.tinker.errors import TinkerNotFoundError, TinkerUserError
-from aloft.tinker.futures import FutureTable
+from aloft.tinker.futures import HOLD_S, FutureTable
 from aloft.tinker.losses import check_loss_inputs
 from aloft.tinker.sampling import Sampler, SamplingHost, decode_sample_request
 from aloft.tinker.training import AdamParams, LoraSpec, TrainingClientState, TrainingHost
@@ -54,7 +54,7 @@ class TinkerService:
         *,
         checkpoint_dir: str | Path = "tinker-checkpoints",
         max_length: int = 4096,
-        hold_s: float = 20.0,
+        hold_s: float = HOLD_S,
         api_key: str | None = None,
         session_timeout_s: float = 300.0,
     ) -> None:

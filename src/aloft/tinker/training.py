@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from aloft.algorithms import logprobs_from_logits
 from aloft.models.loading import load_model, load_tokenizer, resolve_model_path
+from aloft.tinker.batching import micro_batches, target_logprobs
 from aloft.tinker.errors import TinkerNotFoundError, TinkerUserError
 from aloft.tinker.losses import token_loss
 from aloft.tinker.wire import Datum
@@ -143,21 +143,34 @@ class TrainingHost:
         unless ``forward_only``, the loss's gradient is added to the client's adapter."""
         loss_of = token_loss(loss_fn)
         state = self._activate(model_id)
-        tokens, inputs, mask = self._batch(data)
+        self.check_lengths(data)
         self._peft.eval()  # no dropout: a forward gives the logprobs a forward_backward trains on
-        with torch.set_grad_enabled(not forward_only):
-            logits = self._peft(input_ids=tokens, attention_mask=mask.long()).logits
-            logprobs = logprobs_from_logits(logits, inputs.pop("target_tokens"))
-            loss = loss_of(logprobs, inputs, mask, config)
-            if not forward_only:
-                loss.backward()
-                state.pending_backwards += 1
-        lengths = mask.sum(-1).tolist()
-        outputs = [
-            {"logprobs": logprobs[row, :length].detach().float().numpy()}
-            for row, length in enumerate(lengths)
-        ]
-        return outputs, {"loss:sum": float(loss.detach())}
+        outputs: list[dict[str, np.ndarray]] = []
+        total = 0.0
+        # Micro-batches (aloft.tinker.batching) give the call's loss and gradient exactly. All of them
+        # are checked before the first backward, and a loss that refuses a later one puts the
+        # gradients back as they were: a refused call adds nothing.
+        batches = micro_batches(data, self._base.config.vocab_size)
+        grads_before = [None if p.grad is None else p.grad.clone() for p in state.parameters]
+        try:
+            for batch in batches:
+                with torch.set_grad_enabled(not forward_only):
+                    logprobs = target_logprobs(self._peft, batch)
+                    loss = loss_of(logprobs, batch.inputs, batch.mask, config)
+                    if not forward_only:
+                        loss.backward()
+                total += float(loss.detach())
+                outputs.extend(
+                    {"logprobs": logprobs[row, :length].detach().float().numpy()}
+                    for row, length in enumerate(batch.mask.sum(-1).tolist())
+                )
+        except TinkerUserError:
+            for parameter, grad in zip(state.parameters, grads_before, strict=True):
+                parameter.grad = grad
+            raise
+        if not forward_only:
+            state.pending_backwards += 1
+        return outputs, {"loss:sum": total}
 
     def check_lengths(self, data: list[Datum]) -> int:
         """The longest datum's length; refuses an empty call or a datum over ``max_length``."""
@@ -170,41 +183,6 @@ class TrainingHost:
                 "(start tinker-serve with a larger --max-length, or shorten the sequence)"
             )
         return longest
-
-    def _batch(self, data: list[Datum]) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
-        """Datums padded to one length: tokens ``[B, N]``, loss inputs ``[B, N]`` (0 in padding) and
-        the mask of real positions ``[B, N]``."""
-        longest = self.check_lengths(data)
-        vocab = self._base.config.vocab_size
-        tokens = torch.zeros(len(data), longest, dtype=torch.long)
-        mask = torch.zeros(len(data), longest, dtype=torch.bool)
-        names = set().union(*(datum.inputs for datum in data)) | {"target_tokens"}
-        inputs = {name: torch.zeros(len(data), longest) for name in names}
-        inputs["target_tokens"] = torch.zeros(len(data), longest, dtype=torch.long)
-        for row, datum in enumerate(data):
-            n = len(datum.tokens)
-            if n == 0:
-                raise TinkerUserError(f"datum {row} has no model_input tokens")
-            tokens[row, :n] = torch.tensor(datum.tokens)
-            mask[row, :n] = True
-            if "target_tokens" not in datum.inputs:
-                raise TinkerUserError(f"datum {row} has no loss_fn_inputs['target_tokens']")
-            for name, value in datum.inputs.items():
-                if value.ndim != 1 or value.shape[0] != n:
-                    raise TinkerUserError(
-                        f"datum {row}: loss_fn_inputs[{name!r}] has shape {list(value.shape)}, "
-                        f"not [{n}] like its model_input"
-                    )
-                inputs[name][row, :n] = torch.from_numpy(np.ascontiguousarray(value)).to(inputs[name].dtype)
-        out_of_vocab = (
-            (tokens >= vocab)
-            | (tokens < 0)
-            | (inputs["target_tokens"] >= vocab)
-            | (inputs["target_tokens"] < 0)
-        )
-        if bool(out_of_vocab.any()):
-            raise TinkerUserError(f"token ids must be in [0, {vocab}) for {self.base_model}")
-        return tokens, inputs, mask
 
     def adapters(self, model_id: str) -> LoraAdapters:
         """A snapshot of the client's adapters, for a sampler (``save_weights_for_sampler``)."""

@@ -7,6 +7,8 @@ import json
 import math
 from pathlib import Path
 
+import pytest
+
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
@@ -220,3 +222,22 @@ def test_report_of_a_200_step_run_with_64_samples_builds_in_10_s_and_opens(tmp_p
     assert page["load_s"] < 10 and page["show_s"] < 2, page
     assert page["mb"] < 40, page
     assert "kept per step" in capsys.readouterr().out
+
+
+def test_tinker_vs_trainer_runs_both_sides_on_one_task(tmp_path, tiny_model_dir, capsys):
+    pytest.importorskip(
+        "tinker_cookbook", reason="needs tinker-cookbook: pip install --no-deps -r requirements-offline.txt"
+    )
+    bench = load_benchmark("tinker_vs_trainer")
+    out = tmp_path / "tinker.json"
+    argv = ["--model", tiny_model_dir, "--steps", "2", "--batch", "2", "--group", "2", "--max-tokens", "8"]
+    bench.main([*argv, "--work", str(tmp_path / "work"), "--json", str(out)])
+    figures = json.loads(out.read_text())
+    for side in ("tinker_loop", "aloft_train"):
+        assert [row["step"] for row in figures[side]] == [0, 1], side
+        assert all(row["seconds"] > 0 and 0 <= row["reward"] <= 1 for row in figures[side]), side
+    assert figures["median_step_s"]["ratio"] > 0
+    # Both sides trained on the same prompts: the trainer's rows are the loop's first 2 x 2 questions.
+    rows = (tmp_path / "work" / "rows.jsonl").read_text().splitlines()
+    assert len(rows) == 4 and "written inside \\\\boxed{}" in rows[0]
+    assert "tinker loop / aloft train" in capsys.readouterr().out

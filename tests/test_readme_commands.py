@@ -23,9 +23,10 @@ def readme_commands() -> list[str]:
         for line in block.replace("\\\n", " ").splitlines():
             words = shlex.split(line, comments=True)
             for start in [i for i, word in enumerate(words) if word == "aloft"]:
-                # `... && aloft train quickstart`: the command runs to the next && (or the line's end)
+                # `... && aloft train quickstart`, `aloft tinker-serve ... &`: the command runs to the
+                # next &&, & or ; (or the line's end)
                 rest = words[start + 1 :]
-                end = rest.index("&&") if "&&" in rest else len(rest)
+                end = next((i for i, word in enumerate(rest) if word in ("&&", "&", ";")), len(rest))
                 commands.append(shlex.join(["aloft", *rest[:end]]))
     return commands
 

@@ -41,18 +41,8 @@ from pathlib import Path
 import httpx
 
 from aloft.distributed import free_loopback_port
-from aloft.tinker.cookbook import gsm8k_rows
+from aloft.tinker.cookbook import RL_LOOP_FEW_SHOT, RL_LOOP_SUFFIX, gsm8k_rows
 
-SUFFIX = " Provide a numerical answer without units, written inside \\boxed{}."
-FEW_SHOT = [
-    # rl_loop's fixed example turn, so both sides see the same conversation.
-    {"role": "user", "content": "How many r's are in strawberry?" + SUFFIX},
-    {
-        "role": "assistant",
-        "content": "Let's spell the word out and number all the letters: 1) s 2) t 3) r 4) a 5) w 6) b "
-        "7) e 8) r 9) r 10) y. We have r's at positions 3, 8, and 9. \\boxed{3}",
-    },
-]
 LORA_MODULES = "[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]"
 
 
@@ -105,7 +95,7 @@ def run_aloft_trainer(args: argparse.Namespace, work: Path) -> list[dict]:
     with rows.open("w") as out:
         for index, row in enumerate(gsm8k_rows("train")[: args.steps * args.batch]):
             answer = row["answer"].rsplit("#### ", 1)[1]
-            prompt = [*FEW_SHOT, {"role": "user", "content": row["question"] + SUFFIX}]
+            prompt = [*RL_LOOP_FEW_SHOT, {"role": "user", "content": row["question"] + RL_LOOP_SUFFIX}]
             out.write(
                 json.dumps(
                     {"prompt": prompt, "env_class": "math", "answer": answer, "extra_info": {"index": index}}

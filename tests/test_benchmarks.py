@@ -241,3 +241,16 @@ def test_tinker_vs_trainer_runs_both_sides_on_one_task(tmp_path, tiny_model_dir,
     rows = (tmp_path / "work" / "rows.jsonl").read_text().splitlines()
     assert len(rows) == 4 and "written inside \\\\boxed{}" in rows[0]
     assert "tinker loop / aloft train" in capsys.readouterr().out
+
+
+def test_tinker_forward_backward_shares_prompts_with_the_same_logprobs(tmp_path, capsys):
+    pytest.importorskip("peft", reason="the tinker extra is not installed: pip install 'aloft[tinker]'")
+    bench = load_benchmark("tinker_forward_backward")
+    out = tmp_path / "fb.json"
+    argv = ["--model", "tiny", "--groups", "2", "--samples", "3", "--reply-tokens", "8", "--repeats", "1"]
+    bench.main([*argv, "--json", str(out)])
+    figures = json.loads(out.read_text())
+    assert figures["datums"] == 6 and figures["prompt_tokens"] > 100
+    assert figures["logprob_max_gap"] < 1e-4
+    assert figures["padded_s"] > 0 and figures["shared_s"] > 0
+    assert "shared prompts" in capsys.readouterr().out

@@ -34,6 +34,20 @@ from typing import Any
 LOCAL_API_KEY = "tml-aloft-local"
 """The key the runner gives the SDK when ``TINKER_API_KEY`` is unset (the SDK needs one to start)."""
 
+RL_LOOP_SUFFIX = " Provide a numerical answer without units, written inside \\boxed{}."
+"""What tinker-cookbook's ``rl_loop`` appends to every question."""
+
+RL_LOOP_FEW_SHOT = [
+    {"role": "user", "content": "How many r's are in strawberry?" + RL_LOOP_SUFFIX},
+    {
+        "role": "assistant",
+        "content": "Let's spell the word out and number all the letters: 1) s 2) t 3) r 4) a 5) w 6) b "
+        "7) e 8) r 9) r 10) y. We have r's at positions 3, 8, and 9. \\boxed{3}",
+    },
+]
+"""The example turn ``rl_loop`` puts before every question: benchmarks that pose its task to other
+trainers start from the same conversation."""
+
 STANDIN_SIZES = {"train": 2000, "test": 200}
 """Rows per split of each stand-in dataset."""
 

@@ -164,7 +164,7 @@ class TrainingHost:
                     {"logprobs": logprobs[row, :length].detach().float().numpy()}
                     for row, length in enumerate(batch.mask.sum(-1).tolist())
                 )
-        except TinkerUserError:
+        except Exception:  # a refused input or a failed forward: the call adds nothing
             for parameter, grad in zip(state.parameters, grads_before, strict=True):
                 parameter.grad = grad
             raise

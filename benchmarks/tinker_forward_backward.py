@@ -10,7 +10,7 @@ run in the same ``TrainingHost`` (a LoRA of rank 32) under the same 2,048-token 
 ``--repeats`` times and the median is kept; the gradients are zeroed between calls. The check column
 is the largest gap between the two layouts' per-token logprobs.
 
-    python benchmarks/tinker_forward_backward.py                   # SmolLM2-135M, 8 x 8 (~6 min on 2 cores)
+    python benchmarks/tinker_forward_backward.py                   # SmolLM2-135M, 8 x 8 (~8 min on 2 cores)
     python benchmarks/tinker_forward_backward.py --model tiny --groups 2 --samples 3   # seconds
 """
 

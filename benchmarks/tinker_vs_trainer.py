@@ -22,7 +22,7 @@ Seconds per step are each side's own: the recipe's ``time/total`` (sampling, sco
 sampler save) and the trainer's ``timing/step_s`` (generation, scoring, update, weight sync). The
 two sides run one after the other on the same machine; the first step of each includes warm-up.
 
-    python benchmarks/tinker_vs_trainer.py                       # 12 steps a side (~30 min on 2 cores)
+    python benchmarks/tinker_vs_trainer.py                       # 10 steps a side (~35 min on 2 cores)
     python benchmarks/tinker_vs_trainer.py --steps 2 --batch 2 --group 4 --max-tokens 16   # a smoke run
 """
 
@@ -129,7 +129,7 @@ def run_aloft_trainer(args: argparse.Namespace, work: Path) -> list[dict]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="smollm2-135m-instruct", help="built-in name or HF directory")
-    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--batch", type=int, default=8, help="prompts a step")
     parser.add_argument("--group", type=int, default=8, help="samples a prompt")
     parser.add_argument("--max-tokens", type=int, default=64)

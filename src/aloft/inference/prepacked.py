@@ -20,6 +20,8 @@ the packed copy after weights change.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
@@ -31,7 +33,8 @@ _BATCH_HINT = 32
 
 def prepacking_supported(model: nn.Module) -> bool:
     """Whether ``prepack_linears`` applies: a float32 or bfloat16 model on CPU with oneDNN's packed
-    linear available (for bfloat16, on a CPU whose oneDNN has a packed bf16 layout)."""
+    linear available (float32: where a row's result ignores the other rows, see
+    ``packed_rows_are_independent``; bfloat16: on a CPU whose oneDNN has a packed bf16 layout)."""
     parameter = next(model.parameters(), None)
     if not (
         parameter is not None
@@ -42,11 +45,39 @@ def prepacking_supported(model: nn.Module) -> bool:
     ):
         return False
     if parameter.dtype == torch.float32:
-        return True
+        return packed_rows_are_independent()
     # oneDNN's bf16 reorder refuses CPUs without these (e.g. an AVX2-only EPYC).
     return parameter.dtype == torch.bfloat16 and (
         "avx_ne_convert" in cpu_flags() or {"avx512bw", "avx512vl", "avx512dq"} <= cpu_flags()
     )
+
+
+ROW_COUNTS_CHECKED = (1, 7, 32, 33, 64)
+"""Batch sizes at which ``packed_rows_are_independent`` places a row (around the packing hint)."""
+
+
+@functools.cache
+def packed_rows_are_independent() -> bool:
+    """Whether this CPU's packed float32 linear gives a row the same bits whatever rows surround it.
+
+    The engine promises that identical requests get identical logprobs in any batch. oneDNN picks
+    its kernel by CPU and row count, and a kernel whose sums run in another order for some row
+    counts would break that promise; float32 prepacking is used only where a quick check of one row
+    inside batches of ``ROW_COUNTS_CHECKED`` rows finds the same bits every time (it did on the
+    2-core AVX2 EPYC).
+    """
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(96, 64, generator=generator)
+    packed = torch.ops.mkldnn._reorder_linear_weight(weight, _BATCH_HINT)
+    row = torch.randn(1, 64, generator=generator)
+    alone = torch.ops.mkldnn._linear_pointwise(row, packed, None, "none", [], "")[0]
+    for rows in ROW_COUNTS_CHECKED:
+        batch = torch.randn(rows, 64, generator=generator)
+        batch[rows // 2] = row[0]
+        out = torch.ops.mkldnn._linear_pointwise(batch, packed, None, "none", [], "")
+        if not torch.equal(out[rows // 2], alone):
+            return False
+    return True
 
 
 class PrepackedLinear(nn.Linear):

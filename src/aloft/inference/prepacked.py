@@ -67,12 +67,12 @@ def packed_rows_are_independent() -> bool:
     2-core AVX2 EPYC).
     """
     generator = torch.Generator().manual_seed(0)
-    weight = torch.randn(96, 64, generator=generator)
+    weight = torch.randn(512, 256, generator=generator)  # wide enough for the blocked kernels
     packed = torch.ops.mkldnn._reorder_linear_weight(weight, _BATCH_HINT)
-    row = torch.randn(1, 64, generator=generator)
+    row = torch.randn(1, 256, generator=generator)
     alone = torch.ops.mkldnn._linear_pointwise(row, packed, None, "none", [], "")[0]
     for rows in ROW_COUNTS_CHECKED:
-        batch = torch.randn(rows, 64, generator=generator)
+        batch = torch.randn(rows, 256, generator=generator)
         batch[rows // 2] = row[0]
         out = torch.ops.mkldnn._linear_pointwise(batch, packed, None, "none", [], "")
         if not torch.equal(out[rows // 2], alone):

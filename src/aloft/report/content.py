@@ -13,6 +13,8 @@ import math
 import re
 from typing import Any
 
+import numpy as np
+
 from aloft.config import flatten
 from aloft.report.runs import RunRecord, read_rollouts
 
@@ -153,8 +155,15 @@ def _compact(record: dict[str, Any], group_id: str, index: int) -> dict[str, Any
     mask = record.get("loss_mask", [])
     info = record.get("info", {}) or {}
     token_rewards = record.get("rewards", [])
-    sampler = [round(float(x), 4) for x in record.get("sampler_logprobs", [])]
-    trainer = [float(x) for x in record.get("trainer_logprobs") or []]
+    # Rounded to 4 decimals in one numpy pass each: Python's round() per token was half the build
+    # time of a 200-step x 64-sample run's page (3.3M calls).
+    sampler_values = np.asarray(record.get("sampler_logprobs", []), dtype=np.float64)
+    sampler = np.round(sampler_values, 4)
+    trainer_logprobs = record.get("trainer_logprobs") or []
+    if trainer_logprobs and len(trainer_logprobs) != len(sampler):
+        raise ValueError(
+            f"rollout record has {len(trainer_logprobs)} trainer logprobs for {len(sampler)} sampler logprobs"
+        )
     return {
         "group": group_id,
         "sample": index,
@@ -165,10 +174,14 @@ def _compact(record: dict[str, Any], group_id: str, index: int) -> dict[str, Any
         "prompt": record.get("prompt", ""),
         "ids": ids,
         "mask": "".join("1" if m else "0" for m in mask),
-        "lp": sampler,
+        "lp": sampler.tolist(),
         # The trainer's logprobs as differences from the sampler's: mostly 0 on-policy, so the page
         # stays small; the page adds them back.
-        "tlp_diff": [round(t - s, 4) for t, s in zip(trainer, sampler, strict=True)] if trainer else None,
+        "tlp_diff": (
+            np.round(np.asarray(trainer_logprobs, dtype=np.float64) - sampler, 4).tolist()
+            if trainer_logprobs
+            else None
+        ),
         "adv": record.get("advantage"),
         "turn_rewards": _turn_rewards(mask, token_rewards),
         "error": info.get("error"),

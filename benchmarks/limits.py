@@ -169,7 +169,6 @@ class ModelShape:
     heads: int
     head_dim: int
     kv_heads: int
-    weight_bytes_per_param: int = 4
 
     @classmethod
     def of(cls, model: Any) -> ModelShape:
@@ -269,22 +268,14 @@ def measure_update(
     """Median seconds of one ``PolicyWorker.update`` per layout, and its useful FLOP/s."""
     from aloft.models import load_tokenizer
     from aloft.models.compute_thread import on_compute_thread
-    from aloft.training.workers import OptimSettings
 
     batch = packing.make_batch(load_tokenizer(model_path), args)
     flops, tokens = batch_update_flops(shape, batch)
-    updates, token_counts = {}, {}
-    for label, packed in (("padded", False), ("packed", True)):
-        settings = OptimSettings(
-            lr=1e-6,
-            micro_batch_size=args.micro_batch_size,
-            micro_batch_tokens=args.micro_batch_tokens,
-            packing=packed,
-            bf16_autocast=bf16,
-        )
-        updates[label] = on_compute_thread(packing.make_update, model_path, batch, settings)
-        micro_batches = settings.micro_batching.split(batch)
-        token_counts[label] = packing.positions(batch, settings.micro_batching, packed) / len(micro_batches)
+    updates, micro_batchings = packing.layout_updates(model_path, batch, args, bf16)
+    token_counts = {
+        label: packing.positions(batch, micro_batching, label == "packed") / len(micro_batching.split(batch))
+        for label, micro_batching in micro_batchings.items()
+    }
     seconds = on_compute_thread(packing.time_interleaved, updates, args.repeats)
     layouts = {}
     for label in updates:

@@ -140,17 +140,14 @@ def positions(batch: Any, micro_batching: Any, packed: bool) -> int:
     return total
 
 
-def bench_model(name: str, model_path: str, args: argparse.Namespace) -> dict[str, Any]:
-    import torch
-
-    from aloft.models import load_tokenizer
+def layout_updates(
+    model_path: str, batch: Any, args: argparse.Namespace, bf16: bool
+) -> tuple[dict[str, Callable[[], float]], dict[str, Any]]:
+    """``make_update`` for the padded and the packed layout (``--micro-batch-size`` rows, or
+    ``--micro-batch-tokens`` tokens a micro-batch), with each layout's ``MicroBatching``."""
     from aloft.models.compute_thread import on_compute_thread
-    from aloft.models.precision import fast_dtype
     from aloft.training.workers import OptimSettings
 
-    bf16 = fast_dtype("cpu") == torch.bfloat16 if args.precision == "auto" else args.precision == "bf16"
-    batch = make_batch(load_tokenizer(model_path), args)
-    real_tokens = int(batch.attention_mask.sum())
     updates, micro_batchings = {}, {}
     for label, packing in (("padded", False), ("packed", True)):
         settings = OptimSettings(
@@ -164,6 +161,20 @@ def bench_model(name: str, model_path: str, args: argparse.Namespace) -> dict[st
         # aloft.models.compute_thread).
         updates[label] = on_compute_thread(make_update, model_path, batch, settings)
         micro_batchings[label] = settings.micro_batching
+    return updates, micro_batchings
+
+
+def bench_model(name: str, model_path: str, args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    from aloft.models import load_tokenizer
+    from aloft.models.compute_thread import on_compute_thread
+    from aloft.models.precision import fast_dtype
+
+    bf16 = fast_dtype("cpu") == torch.bfloat16 if args.precision == "auto" else args.precision == "bf16"
+    batch = make_batch(load_tokenizer(model_path), args)
+    real_tokens = int(batch.attention_mask.sum())
+    updates, micro_batchings = layout_updates(model_path, batch, args, bf16)
     seconds = on_compute_thread(time_interleaved, updates, args.repeats)
     rows = []
     for label in updates:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
 import yaml
 
 __all__ = ["ReportError", "RunRecord", "load_run", "read_rollouts"]
@@ -97,7 +98,7 @@ def _json_lines(
         if not line.strip() or (want is not None and not want(line)):
             continue
         try:
-            yield json.loads(line)
+            yield _loads(line)
         except json.JSONDecodeError:
             if number == len(lines) and not text.endswith("\n"):  # the line being written now
                 notes.append(f"{path.name}: the last line is still being written; left out")
@@ -105,6 +106,15 @@ def _json_lines(
             raise ReportError(
                 f"{path}:{number}: not a JSON line; the file is damaged (remove the line to report the rest)"
             ) from None
+
+
+def _loads(line: str) -> Any:
+    """orjson (a long run's rollouts parse ~3x faster), and json where orjson refuses: the NaN and
+    Infinity that Python's json writes for a non-finite metric."""
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return json.loads(line)
 
 
 def _is_eval(row: dict[str, Any]) -> bool:

@@ -164,25 +164,33 @@ def test_weight_sync_runs(tmp_path, capsys):
     assert "across processes" in capsys.readouterr().out
 
 
-def test_async_runs(tmp_path, capsys):
+ASYNC_ARGS = ["--trajectories", "4", "--tool-ms", "50", "--tool-turns", "1", "--tokens", "4"]
+ASYNC_ARGS += ["--hidden", "64", "--layers", "2", "--prompts", "2", "--steps", "3"]
+
+
+def test_async_rollouts_run(tmp_path, capsys):
     bench = load_benchmark("async")
     out = tmp_path / "async.json"
-    argv = ["--trajectories", "4", "--tool-ms", "50", "--tool-turns", "1", "--tokens", "4"]
-    argv += ["--hidden", "64", "--layers", "2", "--prompts", "2", "--steps", "3"]
-    bench.main([*argv, "--json", str(out)])
-    figures = json.loads(out.read_text())
-    rollouts = figures["rollouts"]
+    bench.main([*ASYNC_ARGS, "--parts", "rollouts", "--json", str(out)])
+    rollouts = json.loads(out.read_text())["rollouts"]
     assert rollouts["trajectories"] == 4 and rollouts["turns"] == 2.0
     # Sequential: 4 episodes x one 50 ms tool call each, at least; concurrent overlaps them.
     assert rollouts["sequential_s"] >= 0.2 and rollouts["speedup"] > 1
-    plans = figures["plans"]
+    assert "concurrent generator" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # three Ray runs, ~80 s; the plans themselves are in the default run (tests/trainer/test_plans.py)
+def test_async_plans_run(tmp_path, capsys):
+    bench = load_benchmark("async")
+    out = tmp_path / "async.json"
+    bench.main([*ASYNC_ARGS, "--parts", "plans", "--json", str(out)])
+    plans = json.loads(out.read_text())["plans"]
     assert list(plans) == ["sync", "one_step_off", "fully_async"]
     assert plans["one_step_off"]["staleness_mean"] == 1.0
     assert 0 <= plans["fully_async"]["staleness_mean"] <= 1.0
     for figures_of in plans.values():
         assert math.isfinite(figures_of["step_s"]) and figures_of["step_s"] > 0
-    printed = capsys.readouterr().out
-    assert "concurrent generator" in printed and "one_step_off" in printed
+    assert "one_step_off" in capsys.readouterr().out
 
 
 def test_multiturn_runs_real_sql_episodes_and_reuse_cuts_prefill(tmp_path, capsys):
@@ -226,6 +234,7 @@ def test_report_of_a_200_step_run_with_64_samples_builds_in_10_s_and_opens(tmp_p
     assert "kept per step" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # ~50 s; the tinker loops themselves run in tests/tinker
 def test_tinker_vs_trainer_runs_both_sides_on_one_task(tmp_path, tiny_model_dir, capsys):
     pytest.importorskip(
         "tinker_cookbook", reason="needs tinker-cookbook: pip install --no-deps -r requirements-offline.txt"

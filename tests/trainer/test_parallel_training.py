@@ -23,6 +23,7 @@ BASE = [
     "trainer.deterministic=true",
     "optim.lr=1e-3",
     "optim.micro_batch_size=4",
+    "optim.packing=false",  # padded micro-batches here; PACKED below packs (the default, optim.packing=auto)
 ]
 COMPARED = ("reward/mean", "policy/loss", "policy/grad_norm", "logprob/sampler_abs_diff")
 
@@ -39,18 +40,20 @@ def run(tiny_overrides, name: str, *extra: str):
     return config, final
 
 
-def test_fsdp2_two_ranks_train_like_one_process(tiny_overrides):
+def test_fsdp2_two_ranks_train_like_one_process_and_resume(tiny_overrides):
+    """Two FSDP2 steps on 2 ranks equal one process's; the run is stopped after step 1 (its checkpoint
+    holds every rank's shard) and a second start continues it to the same step 2."""
     single, _ = run(tiny_overrides, "single", "trainer.max_steps=2")
-    fsdp, final = run(
-        tiny_overrides, "fsdp", "trainer.max_steps=2", "trainer.strategy=fsdp2", "trainer.num_processes=2"
-    )
+    fsdp = ["trainer.strategy=fsdp2", "trainer.num_processes=2", "trainer.checkpoint_every=1"]
+    run(tiny_overrides, "fsdp", "trainer.max_steps=1", *fsdp)
+    resumed, final = run(tiny_overrides, "fsdp", "trainer.max_steps=2", *fsdp)  # picks up at step 1
     assert final["policy_version"] == 2.0  # rank 0's metrics come back from the spawned ranks
-    expected, got = steps(single), steps(fsdp)
+    expected, got = steps(single), steps(resumed)
     assert [row["step"] for row in got] == [1, 2]
     for one, two in zip(expected, got, strict=True):
         for key in COMPARED:
             assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6), (one["step"], key)
-    assert (run_dir_of(fsdp) / "export" / "config.json").exists()  # gathered and written by rank 0
+    assert (run_dir_of(resumed) / "export" / "config.json").exists()  # gathered and written by rank 0
 
 
 def test_fsdp2_with_lora_trains_like_one_process(tiny_overrides):
@@ -65,19 +68,6 @@ def test_fsdp2_with_lora_trains_like_one_process(tiny_overrides):
             assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6), (one["step"], key)
     assert (run_dir_of(fsdp) / "export" / "config.json").exists()
     assert (run_dir_of(fsdp) / "export" / "adapter" / "adapter_config.json").exists()
-
-
-def test_fsdp2_resumes_exactly(tiny_overrides):
-    straight, _ = run(
-        tiny_overrides, "straight", "trainer.max_steps=2", "trainer.strategy=fsdp2", "trainer.num_processes=2"
-    )
-    resume = ["trainer.strategy=fsdp2", "trainer.num_processes=2", "trainer.checkpoint_every=1"]
-    run(tiny_overrides, "resumed", "trainer.max_steps=1", *resume)
-    resumed, _ = run(tiny_overrides, "resumed", "trainer.max_steps=2", *resume)  # picks up at step 1
-    expected, got = steps(straight), steps(resumed)
-    assert [row["step"] for row in got] == [1, 2]
-    for key in COMPARED:
-        assert got[1][key] == pytest.approx(expected[1][key], rel=1e-4, abs=1e-6), key
 
 
 PACKED = ["trainer.max_steps=2", "optim.packing=true", "optim.micro_batch_tokens=48"]
@@ -104,19 +94,15 @@ def test_packed_training_on_two_ranks_trains_like_one_process(tiny_overrides, st
 
 @pytest.mark.parametrize("stage", [3, pytest.param(1, marks=pytest.mark.slow)])
 def test_deepspeed_zero_trains_like_one_process_and_resumes(tiny_overrides, stage):
+    """Two ZeRO steps on 2 ranks equal one process's, the second after a restart from step 1's
+    checkpoint (it holds every rank's ZeRO partition)."""
     single, _ = run(tiny_overrides, "single", "trainer.max_steps=2")
     zero = ["trainer.strategy=deepspeed", f"trainer.zero_stage={stage}", "trainer.num_processes=2"]
-    straight, _ = run(tiny_overrides, "zero", "trainer.max_steps=2", *zero)
-    expected, got = steps(single), steps(straight)
+    resume = [*zero, "trainer.checkpoint_every=1"]
+    run(tiny_overrides, "zero", "trainer.max_steps=1", *resume)
+    resumed, _ = run(tiny_overrides, "zero", "trainer.max_steps=2", *resume)
+    expected, got = steps(single), steps(resumed)
     assert [row["step"] for row in got] == [1, 2]
     for one, two in zip(expected, got, strict=True):
         for key in COMPARED:
             assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6), (one["step"], key)
-    # Killed after step 1 (its checkpoint holds every rank's ZeRO partition) and resumed.
-    resume = [*zero, "trainer.checkpoint_every=1"]
-    run(tiny_overrides, "resumed", "trainer.max_steps=1", *resume)
-    resumed, _ = run(tiny_overrides, "resumed", "trainer.max_steps=2", *resume)
-    again = steps(resumed)
-    assert [row["step"] for row in again] == [1, 2]
-    for key in COMPARED:
-        assert again[1][key] == pytest.approx(got[1][key], rel=1e-4, abs=1e-6), key

@@ -79,6 +79,7 @@ def test_disaggregated_broadcast_sync_is_exact_and_needed(tiny_overrides):
         trainer.c.close()
 
 
+@pytest.mark.slow  # ~2 min; FSDP2 resume is in the default run without Ray (test_parallel_training.py)
 def test_fsdp2_learners_on_ray_resume_exactly(tiny_overrides):
     fsdp = [
         "placement.backend=ray",

@@ -231,6 +231,31 @@ def test_packing_refuses_attention_it_does_not_reproduce(config_class, settings,
     token_logits(model, batch, share_prompts=True, packing=False)  # padded runs these models
 
 
+@pytest.mark.parametrize(
+    ("config_class", "settings", "packed"),
+    [
+        ("LlamaConfig", {}, True),
+        ("MistralConfig", {"sliding_window": 8}, False),
+        ("Qwen2Config", {"use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 0}, False),
+    ],
+)
+def test_packing_auto_packs_where_packed_rows_reproduce_the_models_attention(
+    config_class, settings, packed, tiny_overrides, tmp_path
+):
+    """The default (``optim.packing=auto``) packs plain causal models and keeps padded rows for the others."""
+    from aloft.models import build_tiny_tokenizer
+    from aloft.trainer.learner import build_learner
+
+    path = tmp_path / config_class
+    random_model(config_class, num_hidden_layers=1, **settings).save_pretrained(path)
+    build_tiny_tokenizer().save_pretrained(path)
+    cfg = load_config(None, [*BASE, *tiny_overrides, f"model.path={path}"])
+    assert cfg.optim.packing == "auto"
+    learner = build_learner(cfg)
+    assert learner.policy.settings.packing is packed
+    assert learner.policy.settings.micro_batching.packing is packed
+
+
 def test_packing_runs_within_a_sliding_window_like_padded():
     """A window longer than every sequence changes nothing: packed equals padded."""
     model = random_model("MistralConfig", num_hidden_layers=2, sliding_window=64).eval()

@@ -224,10 +224,12 @@ class OptimConfig(Section):
     """Run each group's shared prompt through the model once per training forward (same loss and
     gradients, fewer FLOPs). Padded: off when gradient checkpointing is on (it needs a KV cache).
     Packed: the prompt is laid out once in the packed row and the group's later samples attend to it."""
-    packing: bool = False
+    packing: bool | Literal["auto"] = "auto"
     """Pack each micro-batch's sequences end to end with no padding (per-sequence positions, no
-    attention across sequences): same loss and gradients, fewer FLOPs on length-varied batches.
-    Micro-batches are then cut by micro_batch_tokens instead of micro_batch_size."""
+    attention across sequences): same loss and gradients, fewer FLOPs (1.5-1.7x faster updates on
+    CPU, benchmarks/packing.py). Micro-batches are then cut by micro_batch_tokens instead of
+    micro_batch_size. auto = on where the model's attention is plain causal softmax attention (what
+    packed rows reproduce; off for soft-capped logits, attention sinks, sliding windows)."""
     micro_batch_tokens: PositiveInt = 4096
     """With packing: most real tokens (prompt + completion, counted per row) per micro-batch; a
     shared prompt is counted in every row, so a packed row can be shorter than this."""
@@ -434,7 +436,7 @@ class AloftConfig(Section):
                 f"trainer.strategy={trainer.strategy} does not support LoRA yet: set trainer.strategy=fsdp2 "
                 "(or single), or model.lora_rank=0"
             )
-        if trainer.strategy == "ulysses" and not self.optim.packing:
+        if trainer.strategy == "ulysses" and self.optim.packing is False:
             raise ValueError("trainer.strategy=ulysses splits packed sequences: set optim.packing=true")
         placement = self.placement
         if trainer.plan != "sync":

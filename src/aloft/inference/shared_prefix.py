@@ -32,29 +32,16 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from aloft.models.compat import plain_causal_attention
+
 SHARED_PREFIX_ATTENTION = "aloft_shared_prefix"
 
 
 def shared_prefix_supported(model: nn.Module) -> bool:
-    """Whether the model's attention is plain causal softmax attention that ``shared_prefix_attention`` reproduces.
-
-    Soft-capped logits (Gemma-2), attention sinks (gpt-oss) and sliding windows change attention
-    weights in ways the split does not; such models keep one full cache per row.
-    """
+    """Whether the model's attention is plain causal softmax attention that ``shared_prefix_attention``
+    reproduces (``aloft.models.compat.plain_causal_attention``); other models keep one full cache per row."""
     config = getattr(model, "config", None)
-    if config is None or not hasattr(model, "set_attn_implementation"):
-        return False
-    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
-    windowed = getattr(text_config, "sliding_window", None) is not None and getattr(
-        text_config, "use_sliding_window", True
-    )
-    layer_types = set(getattr(text_config, "layer_types", None) or ["full_attention"])
-    return (
-        not windowed
-        and layer_types == {"full_attention"}
-        and getattr(text_config, "attn_logit_softcapping", None) is None
-        and "gpt_oss" not in str(getattr(text_config, "model_type", ""))
-    )
+    return config is not None and hasattr(model, "set_attn_implementation") and plain_causal_attention(config)
 
 
 @dataclass

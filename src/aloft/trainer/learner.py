@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import torch
 from safetensors.torch import load_file, save_file
+from transformers import AutoConfig
 
 from aloft.algorithms import (
     apply_kl_penalty_to_rewards,
@@ -30,6 +31,7 @@ from aloft.algorithms import (
 from aloft.config import AloftConfig
 from aloft.inference.base import InferenceEngine, supports_lora_sync
 from aloft.models import fast_dtype, load_tokenizer, resolve_model_path
+from aloft.models.compat import plain_causal_attention
 from aloft.models.compute_thread import on_compute_thread
 from aloft.seeds import mix_seed
 from aloft.trainer.step_metrics import env_token_share, sampler_logprob_diff
@@ -291,6 +293,11 @@ def build_learner(cfg: AloftConfig) -> Learner:
     tokenizer = load_tokenizer(model_path)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     autocast = optim.bf16_autocast if optim.bf16_autocast != "auto" else fast_dtype("cpu") == torch.bfloat16
+    # auto: packed rows wherever they reproduce the model's attention (ulysses always packs, and
+    # refuses a model whose attention packing cannot reproduce).
+    packing = optim.packing
+    if packing == "auto":
+        packing = tr.strategy == "ulysses" or plain_causal_attention(AutoConfig.from_pretrained(model_path))
     optimizer_steps = tr.max_steps * algo.ppo_epochs * algo.mini_batches
     policy = PolicyWorker(
         model_path,
@@ -305,7 +312,7 @@ def build_learner(cfg: AloftConfig) -> Learner:
             micro_batch_size=optim.micro_batch_size,
             bf16_autocast=autocast,
             share_prompts=optim.share_prompts,
-            packing=optim.packing,
+            packing=packing,
             micro_batch_tokens=optim.micro_batch_tokens,
         ),
         temperature=gen.temperature,

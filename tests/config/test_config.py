@@ -67,6 +67,10 @@ def test_quickstart_preset_and_overrides():
             "set trainer.strategy=fsdp2",
         ),
         (
+            ["trainer.strategy=ulysses", "trainer.num_processes=2", "model.gradient_checkpointing=true"],
+            "does not recompute checkpointed layers yet: set model.gradient_checkpointing=false",
+        ),
+        (
             ["placement.backend=ray", "engine.backend=remote", "engine.urls=[http://127.0.0.1:8000]"],
             "use placement.backend=local for remote servers",
         ),

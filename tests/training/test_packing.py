@@ -256,6 +256,31 @@ def test_packing_auto_packs_where_packed_rows_reproduce_the_models_attention(
     assert learner.policy.settings.micro_batching.packing is packed
 
 
+@pytest.mark.parametrize("layout", ["packed", "padded-bf16"])
+def test_gradient_checkpointing_recomputes_with_the_attention_its_forward_ran(layout):
+    """Packed rows and short bf16 rows switch attention for one forward; a checkpointed layer runs again
+    in backward, after the switch back, and must run that same attention: the same gradients as
+    without checkpointing (before, torch stopped: "a different number of tensors was saved")."""
+    from aloft.training.forward import enable_gradient_checkpointing
+
+    batch = shared_prompt_batch(64, 2, 3, seed=0)
+    grads = {}
+    for checkpointed in (False, True):
+        torch.manual_seed(0)
+        model = random_model("LlamaConfig", num_hidden_layers=2).train()
+        if checkpointed:
+            enable_gradient_checkpointing(model)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=layout == "padded-bf16"):
+            logits, targets, _ = token_logits(
+                model, batch, share_prompts=layout == "packed", packing=layout == "packed"
+            )
+        logprobs_from_logits(logits, targets).sum().backward()
+        grads[checkpointed] = {name: p.grad.clone() for name, p in model.named_parameters()}
+    assert model.config._attn_implementation == "sdpa"  # switched back after the backward
+    for name, grad in grads[False].items():
+        torch.testing.assert_close(grads[True][name], grad, msg=name)
+
+
 def test_packing_runs_within_a_sliding_window_like_padded():
     """A window longer than every sequence changes nothing: packed equals padded."""
     model = random_model("MistralConfig", num_hidden_layers=2, sliding_window=64).eval()

@@ -438,6 +438,12 @@ class AloftConfig(Section):
             )
         if trainer.strategy == "ulysses" and self.optim.packing is False:
             raise ValueError("trainer.strategy=ulysses splits packed sequences: set optim.packing=true")
+        if trainer.strategy == "ulysses" and self.model.gradient_checkpointing:
+            # Its attention needs the rank group, which a checkpointed layer's recomputation has not.
+            raise ValueError(
+                "trainer.strategy=ulysses does not recompute checkpointed layers yet: set "
+                "model.gradient_checkpointing=false, or trainer.strategy=fsdp2"
+            )
         placement = self.placement
         if trainer.plan != "sync":
             if placement.backend == "local" and trainer.strategy != "single":

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+from collections.abc import Iterator
 from typing import Any
 
 from torch import nn
@@ -36,3 +38,17 @@ def plain_causal_attention(config: Any) -> bool:
         and getattr(text_config, "attn_logit_softcapping", None) is None
         and "gpt_oss" not in str(getattr(text_config, "model_type", ""))
     )
+
+
+@contextlib.contextmanager
+def attention_implementation(model: nn.Module, implementation: str) -> Iterator[None]:
+    """``model`` runs ``implementation`` (a transformers attention name) inside, its own one after."""
+    previous = model.config._attn_implementation
+    if previous == implementation:
+        yield
+        return
+    model.set_attn_implementation(implementation)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(previous)

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from transformers import DynamicCache
 
-from aloft.models.compat import cache_kwarg
+from aloft.models.compat import attention_implementation, cache_kwarg
 from aloft.training.batch import TrainBatch
 from aloft.training.packing import packed_completion_logits
 
@@ -36,6 +36,28 @@ def token_logits(
 
 def _same(values: torch.Tensor) -> torch.Tensor:
     return values
+
+
+def enable_gradient_checkpointing(model: nn.Module) -> None:
+    """Recompute each decoder layer's activations in backward, with the attention its forward ran.
+
+    The training forwards switch attention for one forward (packed rows, eager attention for short
+    bf16 rows) and switch back before ``backward``, where a checkpointed layer runs again: with the
+    model's attention of that moment it would compute (and save) something else, and torch stops
+    ("a different number of tensors was saved"). ``context_fn`` notes the attention at each layer's
+    forward and puts it back around that layer's recomputation.
+    """
+
+    def forward_and_recompute_contexts() -> tuple[
+        contextlib.AbstractContextManager, contextlib.AbstractContextManager
+    ]:
+        return contextlib.nullcontext(), attention_implementation(model, model.config._attn_implementation)
+
+    kwargs = {"use_reentrant": False, "context_fn": forward_and_recompute_contexts}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x; the old name warns
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
 def completion_logits(model: nn.Module, batch: TrainBatch, share_prompts: bool = False) -> torch.Tensor:
@@ -76,14 +98,8 @@ def _short_sequence_attention(model: nn.Module, width: int) -> Iterator[None]:
         and torch.get_autocast_dtype("cpu") == torch.bfloat16
         and next(model.parameters()).device.type == "cpu"
     )
-    if not swap:
+    with attention_implementation(model, "eager") if swap else contextlib.nullcontext():
         yield
-        return
-    setter("eager")
-    try:
-        yield
-    finally:
-        setter("sdpa")
 
 
 def _completion_logits(model: nn.Module, batch: TrainBatch, share_prompts: bool) -> torch.Tensor:

@@ -37,6 +37,7 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface
 
 from aloft.distributed.weight_sync import consecutive_chunks
+from aloft.models.compat import attention_implementation
 from aloft.training.batch import TrainBatch, split_rows
 
 
@@ -229,7 +230,8 @@ AttentionMaskInterface.register(PACKED_ATTENTION, _no_mask)
 
 @contextlib.contextmanager
 def _packed_attention_on(model: nn.Module) -> Iterator[None]:
-    """Switch ``model`` to ``packed_attention`` for one forward (and backward: autograd keeps the ops)."""
+    """Switch ``model`` to ``packed_attention`` for one forward (and backward: autograd keeps the ops, and a
+    checkpointed layer's recomputation switches it on again, see ``forward.enable_gradient_checkpointing``)."""
     config = getattr(model, "config", None)
     previous = getattr(config, "_attn_implementation", None)
     if previous is None or not hasattr(model, "set_attn_implementation"):
@@ -237,11 +239,8 @@ def _packed_attention_on(model: nn.Module) -> Iterator[None]:
             f"optim.packing needs a transformers model whose attention can be switched; {type(model).__name__} "
             "has none: turn optim.packing off"
         )
-    model.set_attn_implementation(PACKED_ATTENTION)
-    try:
+    with attention_implementation(model, PACKED_ATTENTION):
         yield
-    finally:
-        model.set_attn_implementation(previous)
 
 
 LOGIT_ROW = 64

@@ -26,6 +26,7 @@ from torch import nn
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface
 
+from aloft.models.compat import attention_implementation
 from aloft.training.batch import TrainBatch
 from aloft.training.packing import pack_rows, packed_attention
 from aloft.training.strategies import SingleProcess, sum_over_group
@@ -101,14 +102,12 @@ class LocalTokens:
 
 @contextlib.contextmanager
 def _ulysses_on(model: nn.Module, group: dist.ProcessGroup | None) -> Iterator[None]:
-    previous = model.config._attn_implementation
-    model.set_attn_implementation(ULYSSES_ATTENTION)
     _active_group.append(group)
     try:
-        yield
+        with attention_implementation(model, ULYSSES_ATTENTION):
+            yield
     finally:
         _active_group.pop()
-        model.set_attn_implementation(previous)
 
 
 def ulysses_token_logprobs(

@@ -28,7 +28,7 @@ from aloft.algorithms import (
 )
 from aloft.models import load_model
 from aloft.training.batch import TrainBatch
-from aloft.training.forward import token_logits
+from aloft.training.forward import enable_gradient_checkpointing, token_logits
 from aloft.training.lora import adapters_from_state, lora_scale, merged_state, with_lora
 from aloft.training.optim import OptimSettings, make_optimizer
 from aloft.training.packing import MicroBatching
@@ -117,7 +117,7 @@ class PolicyWorker(_Trainable):
         model = load_model(model_path, dtype=torch.float32)
         model.config.use_cache = False
         if gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_gradient_checkpointing(model)
         self.lora = bool(lora and lora.get("r", 0) > 0)
         self.lora_scale = 0.0
         if self.lora:

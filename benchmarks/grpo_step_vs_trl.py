@@ -13,7 +13,7 @@ both score completions with aloft's ``arithmetic`` env (0.5 format + 0.5 correct
 advantages (GRPO), the PPO clipped loss (eps 0.2) averaged over all completion tokens (TRL's ``dapo``,
 aloft's ``token_mean``), no KL term and no reference model (TRL ``beta=0``, aloft ``kl_coef=0``), one
 optimizer step per batch (TRL ``num_iterations=1``, ``gradient_accumulation_steps=1``, so neither side
-recomputes old logprobs), one micro-batch holding the whole batch, AdamW with a constant learning rate and
+recomputes old logprobs), one micro-batch holding the whole batch (aloft packs it: ``optim.packing=auto``, the default), AdamW with a constant learning rate and
 grad-norm clipping at 1, and no gradient checkpointing (TRL turns it on by default; aloft does not).
 
 Precision. ``fp32`` runs everything in float32 (TRL ``bf16=False``; aloft ``engine.dtype=float32``,
@@ -138,6 +138,8 @@ def run_aloft(spec: dict[str, Any]) -> dict[str, Any]:
             "optim.schedule=constant",
             "optim.max_grad_norm=1.0",
             f"optim.micro_batch_size={batch}",
+            # Packed by default (optim.packing=auto): a token budget no batch reaches keeps one micro-batch.
+            f"optim.micro_batch_tokens={batch * 4096}",
             f"optim.bf16_autocast={str(bf16).lower()}",
             # TRL's GRPOTrainer: one generation round, symmetric clip (epsilon_high = epsilon = 0.2).
             "algorithm.advantage=grpo",

@@ -86,7 +86,8 @@ def _short_sequence_attention(model: nn.Module, width: int) -> Iterator[None]:
     batch it took ~0.6 s of a ~2 s backward, against ~0.05 s for eager's matmuls (eager's fp32
     softmax is as close to the float32 result as SDPA's). From ~192 keys on, the flash kernel wins
     (and eager's ``[B, H, T, T]`` weights grow), so longer rows, float32 training and accelerators
-    keep SDPA. The switch is per call and restored after; gradients need nothing from it.
+    keep SDPA. The switch is per call and restored after (a checkpointed layer's recomputation
+    switches it again: ``enable_gradient_checkpointing``).
     """
     setter = getattr(model, "set_attn_implementation", None)
     config = getattr(model, "config", None)

@@ -75,6 +75,17 @@ def test_quickstart_preset_and_overrides():
             "use placement.backend=local for remote servers",
         ),
         (["placement.mode=spread"], "'colocated' or 'disaggregated'"),
+        # Devices: a GPU-only setting on the CPU, FSDP2's options without FSDP2.
+        (
+            ["trainer.strategy=fsdp2", "trainer.device=cpu", "trainer.fsdp_cpu_offload=true"],
+            "trainer.device=cpu trains in CPU memory already: set trainer.fsdp_cpu_offload=false",
+        ),
+        (["trainer.fsdp_mixed_precision=true"], "configure FSDP2: set trainer.strategy=fsdp2"),
+        (["trainer.device=gpu"], "'trainer.device'"),
+        (
+            ["engine.sleep_level=2", "model.lora_rank=8"],
+            "adapter syncs (placement.lora_sync=adapter) need the base weights kept: set engine.sleep_level=1",
+        ),
         # Value ranges: each names the key, the value and the allowed range.
         (["optim.lr=-1e-5"], "config key 'optim.lr'=-1e-5 is out of range; set it to a value >= 0"),
         (
@@ -135,3 +146,25 @@ def test_cli_help_version_and_errors(capsys):
     assert err.startswith("aloft: config error: unknown config key") and "\n" not in err
     version = subprocess.run([sys.executable, "-m", "aloft.cli", "--version"], capture_output=True, text=True)
     assert version.stdout.startswith("aloft 0.")
+
+
+def test_engine_gpu_settings_reach_each_backend_under_its_own_names():
+    settings = [
+        "engine.tensor_parallel_size=2",
+        "engine.gpu_memory_fraction=0.4",
+        "engine.prefix_caching=false",
+        "engine.sleep_level=2",
+    ]
+    vllm = load_config("quickstart", ["engine.backend=vllm", *settings]).engine_options()
+    assert vllm == {
+        "tensor_parallel_size": 2,
+        "gpu_memory_utilization": 0.4,
+        "enable_prefix_caching": False,
+        "sleep_level": 2,
+    }
+    sglang = load_config("quickstart", ["engine.backend=sglang", *settings]).engine_options()
+    assert sglang == {"tp_size": 2, "mem_fraction_static": 0.4, "disable_radix_cache": True}
+    hf = load_config("quickstart", ["engine.device=cpu"]).engine_options()
+    assert hf == {"prefix_cache_gb": 2.0, "device": "cpu"}
+    # Unset, the GPU share is each engine's own default.
+    assert "gpu_memory_utilization" not in load_config("quickstart", ["engine.backend=vllm"]).engine_options()

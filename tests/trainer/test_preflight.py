@@ -51,6 +51,18 @@ CASES = {
         ["env=arithmetic", "env.config={max_turns: 0}"],
         "env arithmetic cannot start an episode on train row 0: ValueError: arithmetic env: max_turns must be",
     ),
+    "a GPU asked of a machine without one": (
+        ["trainer.device=cuda"],
+        "trainer.device=cuda but torch sees no CUDA GPU (torch.cuda.is_available() is False",
+    ),
+    "the engine on a GPU the machine lacks": (
+        ["engine.device=cuda:0"],
+        "engine.device=cuda:0 but torch sees no CUDA GPU",
+    ),
+    "FSDP2 CPU offload without a GPU": (
+        ["trainer.strategy=fsdp2", "trainer.fsdp_cpu_offload=true"],
+        "trainer.fsdp_cpu_offload moves GPU state to CPU memory, but trainer.device=auto resolved to the CPU",
+    ),
     "turn limits disagree": (
         ["env=arithmetic", "env.config={max_turns: 3}", "generator.max_turns=1"],
         "generator.max_turns=1 is below the arithmetic env's max_turns=3",

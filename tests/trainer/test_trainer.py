@@ -248,3 +248,36 @@ def test_model_work_outside_the_loop_runs_on_the_compute_thread(tiny_overrides, 
     compute = on_compute_thread(threading.get_ident)
     assert ran_on == dict.fromkeys(("build_components", "load_checkpoint", "save_checkpoint"), compute)
     assert compute != threading.get_ident()
+
+
+def test_a_learner_and_engine_sharing_a_gpu_take_turns(tiny_overrides):
+    """One process, one GPU (``LocalLearners.swap``, on for GPU runs with placement.offload): the
+    engine sleeps through every update and the learner's state waits in CPU memory through every
+    generation. Exercised here on the CPU, where the moves are no-ops but the turns are real."""
+    cfg = load_config(None, [*BASE, *tiny_overrides, "trainer.max_steps=2"])
+    trainer = Trainer(cfg)
+    learners, engine = trainer.c.learners, trainer.c.engine
+    assert not learners.swap  # the CPU: nothing to free
+    learners.swap = True
+    turns: list[str] = []
+    move_to, sleep, wake_up = learners.learner.move_to, engine.sleep, engine.wake_up
+
+    def moved(device):
+        turns.append(f"learner to {torch.device(device).type}")
+        move_to(device)
+
+    async def slept():
+        turns.append("engine sleeps")
+        await sleep()
+
+    async def woke():
+        turns.append("engine wakes")
+        await wake_up()
+
+    learners.learner.move_to, engine.sleep, engine.wake_up = moved, slept, woke
+    try:
+        trainer.fit()
+    finally:
+        trainer.c.close()
+    one_update = ["engine sleeps", "learner to cpu", "learner to cpu", "engine wakes"]
+    assert turns == one_update * 2

@@ -113,10 +113,49 @@ class EngineConfig(Section):
     server: Literal["aloft", "vllm", "sglang"] = "aloft"
     """backend=remote: the servers' kind (aloft serve; vllm serve started with VLLM_SERVER_DEV_MODE=1
     and --logprobs-mode processed_logprobs; or SGLang, spoken to through its native /generate)."""
+    device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
+    """backend=hf: where the engine's copy of the policy lives (auto: the GPU of this local rank
+    when torch sees one, else the CPU). vLLM and SGLang find their GPUs themselves."""
+    tensor_parallel_size: PositiveInt = 1
+    """vllm, sglang: GPUs one engine's weights are split over (vLLM tensor_parallel_size, SGLang
+    tp_size)."""
+    gpu_memory_fraction: float | None = Field(None, gt=0.0, le=1.0)
+    """vllm, sglang on GPUs: share of the GPU's memory the engine takes for weights and KV cache
+    (vLLM gpu_memory_utilization, default 0.9; SGLang mem_fraction_static, default its own). Leave
+    room for the learner when they share a GPU (colocated)."""
+    prefix_caching: bool = True
+    """vllm, sglang: reuse the KV cache of shared prompt prefixes (group samples, earlier turns)."""
+    sleep_level: Literal[1, 2] = 1
+    """vllm on GPUs, while the learner trains (colocated): 1 moves the weights to CPU memory and
+    drops the KV cache; 2 drops both (the next weight sync reloads them: not with
+    placement.lora_sync=adapter, whose adapters need the base weights kept)."""
 
     def backend_options(self) -> dict[str, Any]:
         """Settings only this section's backend takes, as engine constructor arguments."""
-        return {"prefix_cache_gb": self.prefix_cache_gb} if self.backend == "hf" else {}
+        if self.backend == "hf":
+            return {"prefix_cache_gb": self.prefix_cache_gb, "device": self.device}
+        if self.backend == "vllm":
+            fraction = (
+                {}
+                if self.gpu_memory_fraction is None
+                else {"gpu_memory_utilization": self.gpu_memory_fraction}
+            )
+            return {
+                "tensor_parallel_size": self.tensor_parallel_size,
+                "enable_prefix_caching": self.prefix_caching,
+                "sleep_level": self.sleep_level,
+                **fraction,
+            }
+        if self.backend == "sglang":
+            fraction = (
+                {} if self.gpu_memory_fraction is None else {"mem_fraction_static": self.gpu_memory_fraction}
+            )
+            return {
+                "tp_size": self.tensor_parallel_size,
+                "disable_radix_cache": not self.prefix_caching,
+                **fraction,
+            }
+        return {}
 
 
 class AlgorithmConfig(Section):
@@ -234,8 +273,9 @@ class OptimConfig(Section):
     """With packing: most real tokens (prompt + completion, counted per row) per micro-batch; a
     shared prompt is counted in every row, so a packed row can be shorter than this."""
     bf16_autocast: bool | Literal["auto"] = "auto"
-    """bfloat16 autocast for training forward/backward (fp32 master weights); auto = only where the
-    hardware has native bf16 math."""
+    """bfloat16 autocast for training forward/backward (fp32 master weights), on trainer.device;
+    auto = only where that device has native bf16 math (GPUs from Ampere on, CPUs with
+    avx512_bf16/AMX)."""
 
 
 class CriticConfig(Section):
@@ -309,6 +349,17 @@ class TrainerConfig(Section):
     partitioned over the ranks)."""
     num_processes: PositiveInt = 1
     """Training processes for a data-parallel strategy (each gets cores / num_processes threads)."""
+    device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
+    """Where the policy, reference and critic, their optimizer state and batches live: auto (a GPU
+    when torch sees one, one per local rank by LOCAL_RANK; else the CPU), cpu, cuda or cuda:N. The
+    process-group backend follows it (NCCL on CUDA, gloo on the CPU), and so do bf16 autocast's
+    device and the embedded hf engine's."""
+    fsdp_mixed_precision: bool = False
+    """trainer.strategy=fsdp2: bfloat16 parameters in forward and backward, gradients reduced in
+    float32, float32 master weights (FSDP2's MixedPrecisionPolicy)."""
+    fsdp_cpu_offload: bool = False
+    """trainer.strategy=fsdp2 on GPUs: parameters, gradients and optimizer state sharded in CPU
+    memory, each layer's moved to the GPU for its compute (FSDP2's CPUOffloadPolicy)."""
     num_threads: NonNegativeInt = 0
     """torch intra-op threads (0 = torch's default)."""
     imports: list[str] = []
@@ -340,7 +391,9 @@ class PlacementConfig(Section):
     engine_gpus: NonNegativeFloat = 0
     """backend=ray, disaggregated: GPUs per engine bundle."""
     offload: bool = True
-    """backend=ray, colocated: the learner's models and optimizer state move to CPU while engines generate."""
+    """backend=ray, colocated: the learner's models and optimizer state move to CPU while engines
+    generate, and the engines sleep while it trains. backend=local on a GPU with trainer.plan=sync:
+    the learner and rank 0's embedded engine (hf, vllm, sglang) take turns on the GPU the same way."""
     lora_sync: Literal["adapter", "merged"] = "adapter"
     """How a LoRA policy reaches the engines: "adapter" sends the adapters alone (~1% of the bytes)
     to an engine that applies them itself (the embedded hf engine and vLLM, also on Ray; other
@@ -435,6 +488,22 @@ class AloftConfig(Section):
             raise ValueError(
                 f"trainer.strategy={trainer.strategy} does not support LoRA yet: set trainer.strategy=fsdp2 "
                 "(or single), or model.lora_rank=0"
+            )
+        if self.engine.sleep_level == 2 and self.model.lora_rank and self.placement.lora_sync == "adapter":
+            raise ValueError(
+                "engine.sleep_level=2 drops the engine's weights while the learner trains, and adapter "
+                "syncs (placement.lora_sync=adapter) need the base weights kept: set engine.sleep_level=1 "
+                "or placement.lora_sync=merged"
+            )
+        if (trainer.fsdp_mixed_precision or trainer.fsdp_cpu_offload) and trainer.strategy != "fsdp2":
+            raise ValueError(
+                "trainer.fsdp_mixed_precision and trainer.fsdp_cpu_offload configure FSDP2: set "
+                "trainer.strategy=fsdp2 (or optim.bf16_autocast for bf16 without it)"
+            )
+        if trainer.fsdp_cpu_offload and trainer.device == "cpu":
+            raise ValueError(
+                "trainer.fsdp_cpu_offload moves state from a GPU to CPU memory, and trainer.device=cpu "
+                "trains in CPU memory already: set trainer.fsdp_cpu_offload=false, or train on a GPU"
             )
         if trainer.strategy == "ulysses" and self.optim.packing is False:
             raise ValueError("trainer.strategy=ulysses splits packed sequences: set optim.packing=true")

@@ -36,6 +36,7 @@ from aloft.inference.prepacked import prepack_linears, prepacking_supported, rep
 from aloft.inference.shared_prefix import SHARED_PREFIX_ATTENTION, shared_prefix_supported
 from aloft.inference.stopping import DecodeLimits, end_of_completion_ids
 from aloft.models.compute_thread import compute_executor, on_compute_thread
+from aloft.models.device import resolve_device
 from aloft.models.loading import load_model, load_tokenizer
 from aloft.models.precision import fast_dtype
 from aloft.types import Completion, GenerationRequest, LoraAdapters, SamplingParams
@@ -89,7 +90,8 @@ class HFEngine:
             hardware has native bf16 math, e.g. AVX512-BF16/AMX CPUs, else float32). Logprobs are
             always computed in float32 from the logits.
         max_batch_size: most rows decoded together.
-        device: where the engine's copy lives ("cpu", "cuda", ...).
+        device: where the engine's copy lives: "auto" (this local rank's GPU when torch sees one,
+            else the CPU; see ``aloft.models.device.resolve_device``), "cpu", "cuda", "cuda:N".
         seed: seeds the engine RNG that draws a seed for each request without one.
         batch_wait_s: how long the batcher lets callers gather before starting a batch.
         prefix_cache_gb: memory for the KV of finished rows and prompts, so that the next turn of a
@@ -104,7 +106,7 @@ class HFEngine:
         *,
         dtype: str | torch.dtype = "float32",
         max_batch_size: int = 64,
-        device: str | torch.device = "cpu",
+        device: str | torch.device = "auto",
         seed: int = 0,
         batch_wait_s: float = 0.002,
         prefix_cache_gb: float = 2.0,
@@ -115,7 +117,8 @@ class HFEngine:
             raise ValueError(
                 f"HFEngine: prefix_cache_gb must be >= 0 (0 turns the cache off), got {prefix_cache_gb}"
             )
-        torch_dtype = _parse_dtype(dtype, torch.device(device))
+        device = resolve_device(device) if isinstance(device, str) else device
+        torch_dtype = _parse_dtype(dtype, device)
         if not isinstance(model_or_path, str | os.PathLike) and tokenizer is None:
             raise ValueError("HFEngine needs a tokenizer with a model object: HFEngine(model, tokenizer)")
         if tokenizer is None or isinstance(tokenizer, str):

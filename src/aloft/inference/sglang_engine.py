@@ -131,6 +131,9 @@ class SGLangEngine:
             path = resolve_model_path(os.fspath(model_or_path))
             if max_batch_size is not None:
                 engine_kwargs.setdefault("max_running_requests", max_batch_size)
+            # ``sleep`` releases weights and KV cache through SGLang's memory saver, which must be on
+            # from the start.
+            engine_kwargs.setdefault("enable_memory_saver", True)
             runtime = sglang.Engine(model_path=path, dtype=dtype, random_seed=seed, **engine_kwargs)
         self.runtime = runtime
         self._rng = random.Random(seed)

@@ -101,6 +101,9 @@ class VLLMEngine:
         batch_wait_s: how long the batcher lets callers gather before a batch.
         ignore_eos: never stop at end-of-completion tokens (benchmarks with fixed lengths).
         max_lora_rank: > 0 enables adapter-only syncs (``update_lora``) of adapters up to this rank.
+        sleep_level: on a GPU, what ``sleep`` frees: 1 moves the weights to CPU memory and drops the
+            KV cache, 2 drops both (the next ``update_weights`` must reload every weight). The
+            engine is built with vLLM's sleep mode on GPUs; on the CPU ``sleep`` only holds requests.
         engine_kwargs: passed to ``vllm.LLM`` as they are (``tensor_parallel_size``, ...).
     """
 
@@ -121,6 +124,7 @@ class VLLMEngine:
         batch_wait_s: float = 0.002,
         ignore_eos: bool = False,
         max_lora_rank: int = 0,
+        sleep_level: int = 1,
         **engine_kwargs: Any,
     ) -> None:
         if not isinstance(model_or_path, str | os.PathLike):
@@ -128,6 +132,8 @@ class VLLMEngine:
                 "VLLMEngine needs a model directory or name, not a model object; save the model with "
                 "save_pretrained() and pass its directory"
             )
+        if sleep_level not in (1, 2):
+            raise ValueError(f"VLLMEngine: sleep_level must be 1 or 2, got {sleep_level}")
         os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")  # DESIGN.md §7: loopback only
         # vLLM parses the variable as whole GiB (2.5 failed its config validation): round up.
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, math.ceil(kv_cache_gb))))
@@ -146,7 +152,11 @@ class VLLMEngine:
             "enable_prefix_caching": enable_prefix_caching,
             "enforce_eager": on_cpu if enforce_eager is None else enforce_eager,
             "logprobs_mode": "processed_logprobs",
-            **({} if on_cpu else {"gpu_memory_utilization": gpu_memory_utilization}),
+            **(
+                {}
+                if on_cpu
+                else {"gpu_memory_utilization": gpu_memory_utilization, "enable_sleep_mode": True}
+            ),
             **(_cpu_prefill_kwargs(engine_kwargs, max_model_len) if on_cpu else {}),
             **_lora_kwargs(max_lora_rank),
             **engine_kwargs,
@@ -167,6 +177,7 @@ class VLLMEngine:
         self._end_ids = sorted(_end_of_completion_ids(self.tokenizer, self.model_path))
         self._tied = tied_aliases(self.model_path)
         self.on_gpu = not on_cpu
+        self.sleep_level = sleep_level
         self.ignore_eos = ignore_eos
         self._version = 0
         self.max_lora_rank = max_lora_rank
@@ -244,10 +255,10 @@ class VLLMEngine:
         self._batcher.release("pause")
 
     async def sleep(self) -> None:
-        """Finish the batch in flight, then (on a GPU) offload weights and drop the KV cache."""
+        """Finish the batch in flight, then (on a GPU) free memory as ``sleep_level`` says."""
         await self._batcher.hold("sleep")
         if self.on_gpu:
-            await self._batcher.run_exclusive(self.llm.sleep, 1)
+            await self._batcher.run_exclusive(self.llm.sleep, self.sleep_level)
 
     async def wake_up(self) -> None:
         if self._batcher.is_held("sleep") and self.on_gpu:

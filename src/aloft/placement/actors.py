@@ -17,6 +17,7 @@ from aloft.config import AloftConfig
 from aloft.distributed import LOOPBACK, WeightReceiver, WeightSender, free_port, side_group
 from aloft.inference.base import supports_lora_sync
 from aloft.models.compute_thread import on_compute_thread
+from aloft.models.device import process_group_backend, resolve_device
 from aloft.trainer.learner import Learner, build_learner
 from aloft.trainer.seeding import seed_everything
 from aloft.types import Completion, GenerationRequest, LoraAdapters, Trajectory, TrajectoryGroup
@@ -52,8 +53,9 @@ class LearnerActor:
             os.environ["LOCAL_RANK"] = "0"  # Ray shows each actor its own devices only (DeepSpeed reads it)
             if host == LOOPBACK:  # gloo would otherwise pick the host's first interface
                 os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+            # Ray shows a GPU actor its own GPU only: cuda:0 when the training bundles hold GPUs.
             dist.init_process_group(
-                "nccl" if torch.cuda.is_available() else "gloo",
+                process_group_backend(resolve_device(cfg.trainer.device, local_rank=0)),
                 init_method=f"tcp://{host}:{port}",
                 rank=rank,
                 world_size=world_size,
@@ -61,13 +63,17 @@ class LearnerActor:
             )
         seed_everything(cfg.trainer.seed, cfg.trainer.deterministic, 0)
         self.learner = build_learner(cfg)
-        self.home = next(self.learner.policy.model.parameters()).device  # where onload() brings it back
+        self.home = self.learner.policy.device  # where onload() brings it back
 
-    def join_sync_group(self, host: str, port: int, world_size: int, engine_dtype: str) -> None:
-        """Rank 0 joins the weight-sync group as its source (rank 0 of that group)."""
-        self.sync_group = side_group(host, port, 0, world_size, SYNC_GROUP)
+    def join_sync_group(
+        self, host: str, port: int, world_size: int, engine_dtype: str, backend: str = "gloo"
+    ) -> None:
+        """Rank 0 joins the weight-sync group as its source (rank 0 of that group); over NCCL the
+        buckets are built on this rank's GPU."""
+        self.sync_group = side_group(host, port, 0, world_size, SYNC_GROUP, backend=backend)
         dtype = getattr(torch, engine_dtype.removeprefix("torch."))
-        self.sender = WeightSender(dtype=dtype, group=self.sync_group)
+        device = self._learner.policy.device if backend == "nccl" else "cpu"
+        self.sender = WeightSender(dtype=dtype, group=self.sync_group, device=device)
 
     def train_on(self, groups: list[TrajectoryGroup], step: int) -> dict[str, float]:
         started = time.perf_counter()
@@ -134,10 +140,13 @@ class EngineActor:
     def dtype(self) -> str:
         return str(getattr(self.engine, "dtype", torch.float32))
 
-    async def join_sync_group(self, host: str, port: int, rank: int, world_size: int) -> None:
+    async def join_sync_group(
+        self, host: str, port: int, rank: int, world_size: int, backend: str = "gloo"
+    ) -> None:
         # The rendezvous blocks until every member arrives: off the event loop.
-        group = await asyncio.to_thread(side_group, host, port, rank, world_size, SYNC_GROUP)
-        self.receiver = WeightReceiver(group=group)
+        group = await asyncio.to_thread(side_group, host, port, rank, world_size, SYNC_GROUP, backend)
+        # Over NCCL the weights arrive on this actor's GPU (Ray shows it as cuda:0).
+        self.receiver = WeightReceiver(group=group, device="cuda" if backend == "nccl" else "cpu")
 
     async def receive_weights(self, version: int) -> float:
         """Receive one broadcast and load it; returns the seconds loading took."""

@@ -217,13 +217,15 @@ class RayPlacement:
                 tokenizer=model_path,
                 dtype=cfg.engine.dtype,
                 max_batch_size=cfg.engine.max_batch_size,
+                # Ray hands a GPU actor its device as CUDA_VISIBLE_DEVICES (an hf engine's device=auto
+                # finds it as cuda:0, and a GPU-less actor sees none); vLLM and SGLang find it alone.
                 **cfg.engine_options(),
-                # Ray hands a GPU actor its device as CUDA_VISIBLE_DEVICES; vLLM and SGLang find it alone.
-                **({"device": "cuda"} if engine_gpus and cfg.engine.backend == "hf" else {}),
             )
             for i in range(p.num_engines)
         ]
-        self._wire_weight_sync()
+        # NCCL between GPU learners and GPU engines on GPUs of their own; gloo through CPU memory
+        # otherwise (NCCL cannot connect two processes on one GPU, as colocated ones are).
+        self._wire_weight_sync("nccl" if not colocated and p.training_gpus and p.engine_gpus else "gloo")
         self.engine = RayEngines(self.engines)
         adapter_sync = bool(cfg.model.lora_rank) and p.lora_sync == "adapter"
         self.learner_group = RayLearners(
@@ -250,7 +252,7 @@ class RayPlacement:
             ) from None
         return group
 
-    def _wire_weight_sync(self) -> None:
+    def _wire_weight_sync(self, backend: str) -> None:
         host, port = ray.get(self.learners[0].address.remote())
         dtypes = set(ray.get([engine.dtype.remote() for engine in self.engines]))
         if len(dtypes) != 1:
@@ -259,9 +261,9 @@ class RayPlacement:
             )
         world = 1 + len(self.engines)
         ray.get(
-            [self.learners[0].join_sync_group.remote(host, port, world, dtypes.pop())]
+            [self.learners[0].join_sync_group.remote(host, port, world, dtypes.pop(), backend)]
             + [
-                engine.join_sync_group.remote(host, port, 1 + i, world)
+                engine.join_sync_group.remote(host, port, 1 + i, world, backend)
                 for i, engine in enumerate(self.engines)
             ]
         )

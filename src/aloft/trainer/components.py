@@ -20,7 +20,14 @@ from aloft.models import load_tokenizer
 from aloft.rollout import EpisodeLimits, Generator
 from aloft.tracking import JsonlSink, MetricsLogger, MlflowSink, RunIds, TensorBoardSink, WandbSink
 from aloft.trainer.learner import Learner, Learners, LocalLearners, build_learner
-from aloft.trainer.preflight import check_envs, check_names, import_plugins, read_data, resolve_model
+from aloft.trainer.preflight import (
+    check_devices,
+    check_envs,
+    check_names,
+    import_plugins,
+    read_data,
+    resolve_model,
+)
 from aloft.trainer.seeding import seed_everything
 from aloft.training import CriticWorker, PolicyWorker, ReferenceWorker
 
@@ -198,6 +205,7 @@ def build_components(cfg: AloftConfig) -> Components:
     # What can be checked before a model loads is checked first, each failure one line (preflight).
     import_plugins(cfg)  # user plugins register their envs / estimators / losses
     check_names(cfg)
+    check_devices(cfg)
     model_path = resolve_model(cfg)
     tr = cfg.trainer
     run_dir = Path(tr.run_root) / tr.name
@@ -223,7 +231,16 @@ def build_components(cfg: AloftConfig) -> Components:
         learner = build_learner(cfg)  # needs the process group trainer.train starts, for fsdp2 / ulysses
         main_rank, world_size = learner.rank == 0, learner.policy.strategy.world_size
         engine = _local_engine(cfg, model_path, tokenizer) if main_rank else None  # rank 0 alone generates
-        learners = LocalLearners(learner, engine)
+        # One GPU for the learner and an embedded engine: they take turns (placement.offload), when
+        # generation does not overlap the update (plan=sync).
+        swap = (
+            engine is not None
+            and cfg.placement.offload
+            and learner.policy.device.type != "cpu"
+            and cfg.trainer.plan == "sync"
+            and cfg.engine.backend in ("hf", "vllm", "sglang")
+        )
+        learners = LocalLearners(learner, engine, swap=swap, loop=loop)
     generator = None
     if main_rank:
         gen = cfg.generator

@@ -33,6 +33,7 @@ from aloft.inference.base import InferenceEngine, supports_lora_sync
 from aloft.models import fast_dtype, load_tokenizer, resolve_model_path
 from aloft.models.compat import plain_causal_attention
 from aloft.models.compute_thread import on_compute_thread
+from aloft.models.device import resolve_device, use_device
 from aloft.seeds import mix_seed
 from aloft.trainer.step_metrics import env_token_share, sampler_logprob_diff
 from aloft.training import CriticWorker, OptimSettings, PolicyWorker, ReferenceWorker, TrainBatch, collate
@@ -233,10 +234,25 @@ class Learners(Protocol):
 
 class LocalLearners:
     """``Learners`` for ``placement.backend=local``: this process's ``Learner`` (one data-parallel
-    rank of ``trainer.num_processes``), run on the compute thread, and rank 0's engine."""
+    rank of ``trainer.num_processes``), run on the compute thread, and rank 0's engine.
 
-    def __init__(self, learner: Learner, engine: InferenceEngine | None) -> None:
-        self.learner, self.engine = learner, engine
+    ``swap``: the learner and the engine share a GPU and take turns, as colocated Ray actors do:
+    the engine sleeps (frees its weights' and KV cache's memory) while the learner trains, and the
+    learner's weights and optimizer state wait in CPU memory while the engine generates. The
+    engine's calls run on ``loop``, the event loop it generates on.
+    """
+
+    def __init__(
+        self,
+        learner: Learner,
+        engine: InferenceEngine | None,
+        *,
+        swap: bool = False,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        if swap and (engine is None or loop is None):
+            raise ValueError("LocalLearners(swap=True) needs the engine and the event loop it runs on")
+        self.learner, self.engine, self.swap, self.loop = learner, engine, swap, loop
 
     def train_on(self, groups: list[TrajectoryGroup], step: int) -> dict[str, float]:
         return on_compute_thread(self.learner.train_on, groups, step)
@@ -272,10 +288,21 @@ class LocalLearners:
         on_compute_thread(self.learner.save_pretrained, directory)
 
     def enter_training(self) -> None:
-        """One process holds both: nothing to swap."""
+        """Swapping: the engine sleeps, the learner's state comes back to its device."""
+        if self.swap:
+            self._on_engine_loop("sleep")
+            on_compute_thread(self.learner.move_to, self.learner.policy.device)
 
     def enter_generation(self) -> None:
-        """One process holds both: nothing to swap."""
+        """Swapping: the learner's state goes to CPU memory, the engine wakes to generate."""
+        if self.swap:
+            on_compute_thread(self.learner.move_to, "cpu")
+            self._on_engine_loop("wake_up")
+
+    def _on_engine_loop(self, method: str) -> None:
+        # Called from the update's worker thread while the loop runs the generator.
+        assert self.engine is not None and self.loop is not None
+        asyncio.run_coroutine_threadsafe(getattr(self.engine, method)(), self.loop).result()
 
 
 def build_learner(cfg: AloftConfig) -> Learner:
@@ -283,8 +310,12 @@ def build_learner(cfg: AloftConfig) -> Learner:
     for module in cfg.trainer.imports:  # user plugins may register estimators and losses
         importlib.import_module(module)
     tr, gen, optim, algo = cfg.trainer, cfg.generator, cfg.optim, cfg.algorithm
+    device = resolve_device(tr.device)
+    use_device(device)  # this rank's GPU is the current one (NCCL, FSDP2's mesh)
     strategies: dict[str, Callable[[], Strategy]] = {
-        "fsdp2": FSDP2,
+        "fsdp2": lambda: FSDP2(
+            mixed_precision=tr.fsdp_mixed_precision, cpu_offload=tr.fsdp_cpu_offload, device=device
+        ),
         "ulysses": Ulysses,
         "deepspeed": lambda: DeepSpeedZeRO(tr.zero_stage),
     }
@@ -292,7 +323,7 @@ def build_learner(cfg: AloftConfig) -> Learner:
     model_path = resolve_model_path(cfg.model.path)
     tokenizer = load_tokenizer(model_path)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    autocast = optim.bf16_autocast if optim.bf16_autocast != "auto" else fast_dtype("cpu") == torch.bfloat16
+    autocast = optim.bf16_autocast if optim.bf16_autocast != "auto" else fast_dtype(device) == torch.bfloat16
     # auto: packed rows wherever they reproduce the model's attention (ulysses always packs, and
     # refuses a model whose attention packing cannot reproduce).
     packing = optim.packing
@@ -323,6 +354,7 @@ def build_learner(cfg: AloftConfig) -> Learner:
             "target_modules": cfg.model.lora_target_modules,
         },
         strategy=strategy,
+        device=device,
     )
     reference = None
     if algo.kl_coef > 0:
@@ -332,6 +364,7 @@ def build_learner(cfg: AloftConfig) -> Learner:
             micro_batching=policy.settings.micro_batching,
             bf16_autocast=autocast,
             lora_policy=policy.model if policy.lora else None,  # the base under the adapters: no copy
+            device=device,
         )
     critic = None
     if cfg.critic.enabled:
@@ -344,6 +377,7 @@ def build_learner(cfg: AloftConfig) -> Learner:
                 micro_batch_size=optim.micro_batch_size,
                 bf16_autocast=autocast,
             ),
+            device=device,
         )
     return Learner(cfg=cfg, policy=policy, reference=reference, critic=critic, pad_token_id=int(pad))
 

@@ -1,7 +1,8 @@
 """Checks that run before a model loads: a bad setting fails in seconds, as one line, not after minutes.
 
 ``build_components`` calls these in order: the user's ``trainer.imports`` import, the registry names
-exist (estimator, loss, plan, env, engine backend; ``check_names``), the model path resolves, the data files read
+exist (estimator, loss, plan, env, engine backend; ``check_names``), the devices exist
+(``check_devices``), the model path resolves, the data files read
 and validate, every row's ``env_class`` is registered and its env builds on the first row of each
 class (with ``env.config``; built and reset with the row's prompt), and the generator's turn limit is not below an env's own. Each failure
 is a ``ConfigError`` naming the key and the fix; ``aloft train`` prints it as one line and exits 2.
@@ -19,6 +20,7 @@ from aloft.config import AloftConfig, ConfigError
 from aloft.data import DatasetRow
 from aloft.inference.base import registered_engines
 from aloft.models import resolve_model_path
+from aloft.models.device import resolve_device
 from aloft.models.loading import ModelUnavailableError
 from aloft.trainer.plans import make_plan, registered_plans
 
@@ -66,6 +68,22 @@ def check_names(cfg: AloftConfig) -> None:
         raise ConfigError(
             f"engine.backend={cfg.engine.backend} is not a known inference engine; known: "
             f"{registered_engines()} (register your own with aloft.inference.register_engine)"
+        )
+
+
+def check_devices(cfg: AloftConfig) -> None:
+    """``trainer.device`` (and an hf engine's ``engine.device``) name a device this process has, and
+    settings that need a GPU get one (a config written for a GPU machine, run on a CPU one)."""
+    try:
+        device = resolve_device(cfg.trainer.device)
+        if cfg.engine.backend == "hf" and cfg.placement.backend == "local":
+            resolve_device(cfg.engine.device, key="engine.device")
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    if cfg.trainer.fsdp_cpu_offload and device.type == "cpu":
+        raise ConfigError(
+            f"trainer.fsdp_cpu_offload moves GPU state to CPU memory, but trainer.device={cfg.trainer.device} "
+            "resolved to the CPU (torch sees no GPU): set trainer.fsdp_cpu_offload=false"
         )
 
 

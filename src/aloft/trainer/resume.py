@@ -1,7 +1,7 @@
 """Checkpoint contents of a run and exact resume.
 
 ``checkpoints/step_<n>/`` holds: ``policy.safetensors`` (+ ``policy_optim.pt``), the critic's
-likewise, and ``trainer_state.pt`` (step, loader cursor, the python / numpy / torch RNG states, and
+likewise, and ``trainer_state.pt`` (step, loader cursor, the python / numpy / torch RNG states, every GPU's too when CUDA is in use, and
 the execution plan's state: a prefetched batch, an asynchronous buffer).
 Everything a step depends on is either in there or derived from (seed, step), so a run killed at any
 moment and started again with the same command continues exactly where the checkpoint left it.
@@ -9,13 +9,12 @@ moment and started again with the same command continues exactly where the check
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
+from aloft.models.device import rng_states, set_rng_states
 from aloft.trainer.components import Components
 from aloft.training import CheckpointManager
 
@@ -43,11 +42,7 @@ def save_checkpoint(
                 "step": step,
                 "loader": loader_state if loader_state is not None else c.loader.state_dict(),
                 "plan": plan_state,
-                "rng": {
-                    "python": random.getstate(),
-                    "numpy": np.random.get_state(),
-                    "torch": torch.get_rng_state(),
-                },
+                "rng": rng_states(),
             },
             d / "trainer_state.pt",
         )
@@ -64,7 +59,5 @@ def load_checkpoint(c: Components) -> tuple[int, Any] | None:
     c.learners.read_state(latest)
     state = torch.load(latest / "trainer_state.pt", weights_only=False)
     c.loader.load_state_dict(state["loader"])
-    random.setstate(state["rng"]["python"])
-    np.random.set_state(state["rng"]["numpy"])
-    torch.set_rng_state(state["rng"]["torch"])
+    set_rng_states(state["rng"])
     return int(state["step"]), state.get("plan")

@@ -25,6 +25,7 @@ from tqdm import tqdm
 from aloft.algorithms import apply_soft_overlong_penalty, drop_failed_trajectories, drop_zero_variance_groups
 from aloft.config import AloftConfig, ConfigError
 from aloft.models.compute_thread import on_compute_thread
+from aloft.models.device import process_group_backend, resolve_device
 from aloft.seeds import mix_seed
 from aloft.trainer.components import Components, build_components
 from aloft.trainer.evaluation import evaluate
@@ -339,7 +340,7 @@ def train(config: AloftConfig) -> dict[str, float]:
         if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
             return _train_on_local_ranks(config)
         # Started by torchrun (or another launcher that sets RANK / WORLD_SIZE / MASTER_ADDR).
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        dist.init_process_group(process_group_backend(_rank_device(config, None)))
         try:
             return train(config)
         finally:
@@ -358,6 +359,7 @@ def _train_on_local_ranks(config: AloftConfig) -> dict[str, float]:
 
     results = mp.get_context("spawn").SimpleQueue()
     ranks = config.trainer.num_processes
+    _rank_device(config, ranks - 1)  # one GPU per rank: the last rank's must exist
     try:
         mp.spawn(_local_rank, args=(config, ranks, free_loopback_port(), results), nprocs=ranks)
     except mp.ProcessRaisedException:
@@ -377,7 +379,8 @@ def _local_rank(rank: int, config: AloftConfig, ranks: int, port: int, results: 
     os.environ["LOCAL_RANK"] = str(rank)  # as torchrun sets it (DeepSpeed reads it)
     # Ranks other than 0 wait in a collective while rank 0 generates and evaluates: allow it the
     # time a rollout or an eval can take (torch's default for gloo), not init_loopback_group's 2 minutes.
-    init_loopback_group(rank, ranks, port, timeout_s=1800)
+    backend = process_group_backend(_rank_device(config, rank))
+    init_loopback_group(rank, ranks, port, backend=backend, timeout_s=1800)
     try:
         metrics = train(config)
         if rank == 0:
@@ -388,6 +391,14 @@ def _local_rank(rank: int, config: AloftConfig, ranks: int, port: int, results: 
     finally:
         dist.destroy_process_group()
     leave_spawned_rank()  # the result is handed over (results.put writes through)
+
+
+def _rank_device(config: AloftConfig, local_rank: int | None) -> torch.device:
+    """The device of a local rank (None: the one ``LOCAL_RANK`` names), or the run's one-line stop."""
+    try:
+        return resolve_device(config.trainer.device, local_rank)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
 
 
 def run_dir_of(config: AloftConfig) -> Path:

@@ -68,9 +68,16 @@ class TrainBatch:
         """[B, T] the completion tokens (what logprobs are computed for)."""
         return self.input_ids[:, self.prompt_width :]
 
+    def to(self, device: torch.device | str) -> TrainBatch:
+        """The batch on ``device`` (itself where it is there already)."""
+        tensors = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "prompt_width"}
+        if all(t.device == torch.device(device) for t in tensors.values()):
+            return self
+        return TrainBatch(**{k: v.to(device) for k, v in tensors.items()}, prompt_width=self.prompt_width)
+
     def select(self, rows: torch.Tensor | Sequence[int]) -> TrainBatch:
         """The sub-batch of ``rows``, with padding columns nobody in it needs trimmed away."""
-        idx = torch.as_tensor(rows, dtype=torch.long)
+        idx = torch.as_tensor(rows, dtype=torch.long, device=self.input_ids.device)
         picked = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "prompt_width"}
         picked = {k: v[idx] for k, v in picked.items()}
         mask = picked["attention_mask"]

@@ -24,6 +24,9 @@ from torch import nn
 class Strategy(Protocol):
     rank: int
     world_size: int
+    places_parameters: bool
+    """True: ``wrap`` puts the parameters where they belong itself (FSDP2 with CPU offload keeps
+    them in CPU memory); False: the worker moves the model to its device first."""
     sequence_parallel: bool
     """True: the strategy computes a micro-batch's logprobs itself (``logprobs_and_entropy``), as
     ``aloft.training.ulysses.Ulysses`` does; the worker's own forward is not used."""
@@ -58,6 +61,7 @@ class SingleProcess:
 
     rank, world_size = 0, 1
     sequence_parallel = False
+    places_parameters = False
 
     def wrap(self, model: nn.Module) -> nn.Module:
         return model
@@ -120,9 +124,19 @@ class FSDP2(SingleProcess):
     Gradients are summed across ranks (divide factor 1): each rank's loss already carries the whole
     mini-batch's normalizer, so the sum is the single-process gradient. ``mixed_precision``: bf16
     parameters in forward/backward with float32 gradient reduction and float32 master weights.
+    ``cpu_offload``: sharded parameters, gradients and optimizer state stay in CPU memory, each
+    layer's moved to ``device`` (a GPU) for its compute. ``device``: where the ranks compute (the
+    device mesh's type; default: where the model's parameters are).
     """
 
-    def __init__(self, group: dist.ProcessGroup | None = None, *, mixed_precision: bool = False) -> None:
+    def __init__(
+        self,
+        group: dist.ProcessGroup | None = None,
+        *,
+        mixed_precision: bool = False,
+        cpu_offload: bool = False,
+        device: torch.device | str | None = None,
+    ) -> None:
         if not dist.is_initialized():
             raise RuntimeError(
                 "FSDP2 needs a torch.distributed process group: call aloft.distributed.init_loopback_group "
@@ -133,21 +147,33 @@ class FSDP2(SingleProcess):
         self.world_size = dist.get_world_size(group)
         self.mixed_precision = mixed_precision
         self.sequence_parallel = False
+        self.device = torch.device(device) if device is not None else None
+        if cpu_offload and (self.device is None or self.device.type == "cpu"):
+            raise ValueError(
+                "FSDP2 cpu_offload keeps GPU ranks' state in CPU memory: pass a GPU device (the run's "
+                "trainer.device), or leave cpu_offload off on the CPU"
+            )
+        self.cpu_offload = cpu_offload
+        self.places_parameters = cpu_offload
 
     def wrap(self, model: nn.Module) -> nn.Module:
         from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+        from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
-        device = next(model.parameters()).device.type
+        device = self.device.type if self.device is not None else next(model.parameters()).device.type
         mesh = init_device_mesh(device, (self.world_size,))
         policy = (
             MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
             if self.mixed_precision
             else MixedPrecisionPolicy()
         )
+        # Offloaded, the model arrives in CPU memory and its shards stay there.
+        options: dict[str, Any] = {"mesh": mesh, "mp_policy": policy}
+        if self.cpu_offload:
+            options["offload_policy"] = CPUOffloadPolicy()
         for layer in _decoder_layers(model):
-            fully_shard(layer, mesh=mesh, mp_policy=policy)
-        fully_shard(model, mesh=mesh, mp_policy=policy)
+            fully_shard(layer, **options)
+        fully_shard(model, **options)
         # Sum, do not average (see the class docstring), on every sharded module (each reduces its
         # own gradients); a plain SUM, since gloo has no PREMUL_SUM.
         for module in model.modules():
@@ -232,6 +258,7 @@ class DeepSpeedZeRO(SingleProcess):
         self.stage = stage
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.sequence_parallel = False
+        self.places_parameters = False
         self.engine: Any = None
 
     def assign(self, micro_batches: list[list[int]], tokens: list[int]) -> list[tuple[list[int], float]]:

@@ -27,6 +27,7 @@ from aloft.algorithms import (
     logprobs_from_logits,
 )
 from aloft.models import load_model
+from aloft.models.device import autocast, free_cached_memory
 from aloft.training.batch import TrainBatch
 from aloft.training.forward import enable_gradient_checkpointing, token_logits
 from aloft.training.lora import adapters_from_state, lora_scale, merged_state, with_lora
@@ -36,16 +37,15 @@ from aloft.training.strategies import SingleProcess, Strategy
 from aloft.types import LoraAdapters
 
 
-def _autocast(enabled: bool) -> contextlib.AbstractContextManager:
-    return torch.autocast("cpu", dtype=torch.bfloat16) if enabled else contextlib.nullcontext()
-
-
 class _Trainable:
     """Optimizer step bookkeeping shared by the policy and the critic."""
 
     model: nn.Module
     settings: OptimSettings
     strategy: Strategy = SingleProcess()
+    device: torch.device = torch.device("cpu")
+    """Where the model computes and micro-batches go (its parameters may sit in CPU memory between
+    steps, offloaded, or always, under FSDP2's CPU offload)."""
 
     def _init_optim(self) -> None:
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -85,12 +85,18 @@ class _Trainable:
         self.scheduler.load_state_dict(state["scheduler"])
 
     def move_to(self, device: str | torch.device) -> None:
-        """Parameters, gradients and optimizer state to ``device`` (offload between phases)."""
+        """Parameters, gradients and optimizer state to ``device`` (offload between phases: to
+        "cpu" frees the GPU memory they held, back to ``self.device`` before the next update).
+        A no-op under a strategy that keeps them in CPU memory itself (FSDP2's CPU offload)."""
+        if self.strategy.places_parameters:
+            return
+        source = next(self.model.parameters()).device
         self.model.to(device)
         for state in self.optimizer.state.values():
             for key, value in state.items():
                 if torch.is_tensor(value) and value.dim() > 0:  # AdamW's step counter stays where it is
                     state[key] = value.to(device)
+        free_cached_memory(source)
 
 
 class PolicyWorker(_Trainable):
@@ -105,10 +111,13 @@ class PolicyWorker(_Trainable):
         gradient_checkpointing: bool = False,
         lora: dict[str, Any] | None = None,
         strategy: Strategy | None = None,
+        device: torch.device | str = "cpu",
     ) -> None:
-        """``strategy``: where the model lives and which micro-batches run here (default: this process)."""
+        """``strategy``: where the model lives and which micro-batches run here (default: this
+        process); ``device``: where it computes."""
         self.settings = settings
         self.strategy: Strategy = strategy or SingleProcess()
+        self.device = torch.device(device)
         self.temperature = temperature if temperature > 0 else 1.0
         self.entropy_in_loss = False
         # The padded prompt-sharing forward needs a KV cache, which gradient checkpointing turns off;
@@ -124,7 +133,8 @@ class PolicyWorker(_Trainable):
             assert lora is not None
             model = with_lora(model, lora)
             self.lora_scale = lora_scale(lora)
-        self.model = self.strategy.wrap(model)
+        # A strategy that offloads to CPU memory places the parameters itself.
+        self.model = self.strategy.wrap(model if self.strategy.places_parameters else model.to(self.device))
         self.update_logprobs: torch.Tensor | None = None
         """The last on-policy update's pre-update logprobs, [B, T] (see ``update``)."""
         self._init_optim()
@@ -133,12 +143,12 @@ class PolicyWorker(_Trainable):
         self, batch: TrainBatch, with_entropy: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self.strategy.sequence_parallel:
-            with _autocast(self.settings.bf16_autocast):
+            with autocast(self.device, self.settings.bf16_autocast):
                 logprobs, entropy = self.strategy.logprobs_and_entropy(
                     self.model, batch, self.temperature, self.entropy_in_loss and with_entropy
                 )
             return logprobs, entropy if with_entropy else None
-        with _autocast(self.settings.bf16_autocast):
+        with autocast(self.device, self.settings.bf16_autocast):
             logits, targets, to_rows = token_logits(
                 self.model, batch, self.share_prompts, self.settings.packing
             )
@@ -153,9 +163,12 @@ class PolicyWorker(_Trainable):
 
     @torch.no_grad()
     def compute_logprobs(self, batch: TrainBatch) -> torch.Tensor:
-        """[B, T] logprobs of the completion tokens under the current policy (no grad)."""
+        """[B, T] logprobs of the completion tokens under the current policy (no grad; on the CPU)."""
         self.model.eval()
-        out = [self._logprobs_and_entropy(batch.select(rows), False)[0] for rows in self._micro(batch)]
+        out = [
+            self._logprobs_and_entropy(batch.select(rows).to(self.device), False)[0].cpu()
+            for rows in self._micro(batch)
+        ]
         return _pad_cat(out, batch.completion_width)
 
     def update(
@@ -195,17 +208,21 @@ class PolicyWorker(_Trainable):
             # ``scale`` is 0 only for a data-parallel rank's filler pass (see Strategy.assign).
             assigned = self.strategy.assign(micro_batches, sizes)
             for index, (global_rows, scale) in enumerate(assigned):
-                micro = batch.select(global_rows)
+                micro = batch.select(global_rows).to(self.device)
                 t = micro.completion_width
                 mask = micro.loss_mask
                 logprobs, entropy = self._logprobs_and_entropy(micro, with_entropy=True)
-                old = old_logprobs[global_rows, :t] if old_logprobs is not None else logprobs.detach()
+                old = (
+                    _rows_on(old_logprobs, global_rows, t, self.device)
+                    if old_logprobs is not None
+                    else logprobs.detach()
+                )
                 if self.update_logprobs is not None and scale > 0:
                     self.update_logprobs[global_rows, :t] = logprobs.detach().float().cpu()
                 loss, metrics = policy_loss(
                     logprobs,
                     old,
-                    advantages[global_rows, :t],
+                    _rows_on(advantages, global_rows, t, self.device),
                     mask,
                     algo,
                     micro.sampler_logprobs,
@@ -213,7 +230,10 @@ class PolicyWorker(_Trainable):
                 )
                 if ref_logprobs is not None and algo.kl_coef > 0 and algo.kl_penalty == "loss":
                     kl = kl_divergence(
-                        logprobs, ref_logprobs[global_rows, :t], algo.kl_estimator, algo.kl_clamp
+                        logprobs,
+                        _rows_on(ref_logprobs, global_rows, t, self.device),
+                        algo.kl_estimator,
+                        algo.kl_clamp,
                     )
                     kl_loss = aggregate_loss(kl, mask, algo.loss_reduction, normalizer)
                     loss = loss + algo.kl_coef * kl_loss
@@ -305,13 +325,17 @@ class ReferenceWorker:
         micro_batching: MicroBatching,
         bf16_autocast: bool,
         lora_policy: nn.Module | None = None,
+        device: torch.device | str = "cpu",
     ) -> None:
         """``lora_policy``: a LoRA policy's (peft) model, whose frozen base is the reference."""
         self.lora_policy = lora_policy
+        self.device = torch.device(device)
         if lora_policy is not None:
             self.model = lora_policy
         else:
-            self.model = load_model(model_path, dtype=torch.float32).eval().requires_grad_(False)
+            self.model = (
+                load_model(model_path, dtype=torch.float32).eval().requires_grad_(False).to(self.device)
+            )
         self.temperature = temperature if temperature > 0 else 1.0
         self.micro_batching = micro_batching
         self.bf16_autocast = bf16_autocast
@@ -323,10 +347,10 @@ class ReferenceWorker:
     def compute_logprobs(self, batch: TrainBatch) -> torch.Tensor:
         out = []
         for rows in self.micro_batching.split(batch):
-            micro = batch.select(rows)
-            with _autocast(self.bf16_autocast), self._base_only():
+            micro = batch.select(rows).to(self.device)
+            with autocast(self.device, self.bf16_autocast), self._base_only():
                 logits, targets, to_rows = token_logits(self.model, micro, True, self.micro_batching.packing)
-            out.append(to_rows(logprobs_from_logits(logits, targets, temperature=self.temperature)))
+            out.append(to_rows(logprobs_from_logits(logits, targets, temperature=self.temperature)).cpu())
         return _pad_cat(out, batch.completion_width)
 
 
@@ -356,9 +380,10 @@ class ValueModel(nn.Module):
 
 
 class CriticWorker(_Trainable):
-    def __init__(self, model_path: str, settings: OptimSettings) -> None:
+    def __init__(self, model_path: str, settings: OptimSettings, device: torch.device | str = "cpu") -> None:
         self.settings = settings
-        self.model = ValueModel(model_path)
+        self.device = torch.device(device)
+        self.model = ValueModel(model_path).to(self.device)
         self._init_optim()
 
     @torch.no_grad()
@@ -366,8 +391,8 @@ class CriticWorker(_Trainable):
         self.model.eval()
         out = []
         for rows in self.settings.micro_batching.split(batch):
-            with _autocast(self.settings.bf16_autocast):
-                out.append(self.model(batch.select(rows)).float())
+            with autocast(self.device, self.settings.bf16_autocast):
+                out.append(self.model(batch.select(rows).to(self.device)).float().cpu())
         return _pad_cat(out, batch.completion_width)
 
     def update(
@@ -384,14 +409,14 @@ class CriticWorker(_Trainable):
             normalizer = LossNormalizer.from_mask(batch.select(rows).loss_mask)
             micro_batches = self.settings.micro_batching.split(batch, rows)
             for global_rows in micro_batches:
-                micro = batch.select(global_rows)
+                micro = batch.select(global_rows).to(self.device)
                 t = micro.completion_width
-                with _autocast(self.settings.bf16_autocast):
+                with autocast(self.device, self.settings.bf16_autocast):
                     values = self.model(micro).float()
                 loss, metrics = clipped_value_loss(
                     values,
-                    old_values[global_rows, :t],
-                    returns[global_rows, :t],
+                    _rows_on(old_values, global_rows, t, self.device),
+                    _rows_on(returns, global_rows, t, self.device),
                     micro.loss_mask,
                     clip,
                     normalizer,
@@ -415,6 +440,11 @@ def _tied_aliases(model: nn.Module) -> set[str]:
         else:
             first[id(parameter)] = name
     return aliases
+
+
+def _rows_on(x: torch.Tensor, rows: list[int], width: int, device: torch.device) -> torch.Tensor:
+    """A micro-batch's ``[b, width]`` slice of a step's ``[B, T]`` tensor (kept on the CPU), on ``device``."""
+    return x[rows, :width].to(device)
 
 
 def _pad_cat(chunks: list[torch.Tensor], width: int) -> torch.Tensor:

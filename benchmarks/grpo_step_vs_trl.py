@@ -441,6 +441,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--json", type=Path, default=None, help="also write every figure to this JSON file")
     parser.add_argument(
+        "--smollm2-dir",
+        default=None,
+        help="a model directory to run as the smollm2 entry (default: the built-in SmolLM2-135M-Instruct; "
+        "scripts/gpu_check.py passes a random-weight model of its shapes)",
+    )
+    parser.add_argument(
         "--keep", action="store_true", help="keep the scratch directory (run dirs, tiny model)"
     )
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -489,7 +495,8 @@ def main(argv: list[str] | None = None) -> None:
                 model_path = build_tiny_model(scratch / model / "model", **TINY_SHAPE)
                 aloft_model = model_path
             else:
-                model_path, aloft_model = resolve_model_path(SMOLLM2), SMOLLM2
+                named = args.smollm2_dir or SMOLLM2
+                model_path, aloft_model = resolve_model_path(named), named
             for precision in precisions_for(args.precisions, peak):
                 runs = {}
                 for framework in ("trl", "aloft"):

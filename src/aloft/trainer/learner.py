@@ -177,11 +177,17 @@ class Learner:
             torch.save(self.critic.optim_state_dict(), directory / "critic_optim.pt")
 
     def read_state(self, directory: Path) -> None:
+        """Restore ``write_state``'s files, from a run on any device (optimizer state is read into CPU
+        memory, and the optimizers move it to their parameters' device)."""
         self.policy.load_full_state_dict(load_file(directory / "policy.safetensors"))
-        self.policy.load_optim_state_dict(torch.load(directory / "policy_optim.pt", weights_only=False))
+        self.policy.load_optim_state_dict(
+            torch.load(directory / "policy_optim.pt", weights_only=False, map_location="cpu")
+        )
         if self.critic is not None:
             self.critic.model.load_state_dict(load_file(directory / "critic.safetensors"))
-            self.critic.load_optim_state_dict(torch.load(directory / "critic_optim.pt", weights_only=False))
+            self.critic.load_optim_state_dict(
+                torch.load(directory / "critic_optim.pt", weights_only=False, map_location="cpu")
+            )
 
     def save_pretrained(self, directory: Path | None) -> None:
         """The policy in HF format (LoRA merged) into ``directory`` (rank 0; a collective)."""

@@ -57,7 +57,7 @@ def load_checkpoint(c: Components) -> tuple[int, Any] | None:
     if latest is None:
         return None
     c.learners.read_state(latest)
-    state = torch.load(latest / "trainer_state.pt", weights_only=False)
+    state = torch.load(latest / "trainer_state.pt", weights_only=False, map_location="cpu")
     c.loader.load_state_dict(state["loader"])
     set_rng_states(state["rng"])
     return int(state["step"]), state.get("plan")

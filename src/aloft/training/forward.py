@@ -19,18 +19,26 @@ from aloft.training.packing import packed_completion_logits
 
 
 def token_logits(
-    model: nn.Module, batch: TrainBatch, share_prompts: bool, packing: bool
+    model: nn.Module,
+    batch: TrainBatch,
+    share_prompts: bool,
+    packing: bool,
+    device: torch.device | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
     """``(logits [R, C, V], targets [R, C], to_rows)`` for the completion tokens of ``batch``.
 
     Padded (``completion_logits``): R, C = B, T and ``to_rows`` is the identity. Packed
     (``aloft.training.packing``): only real completion tokens, in rows of ``LOGIT_ROW``; ``to_rows``
     puts per-token values ``[R, C]`` back in the ``[B, T]`` layout. ``share_prompts``: identical
-    prompts run through the model once, in both layouts.
+    prompts run through the model once, in both layouts. ``device``: where the model computes
+    (default: where its parameters are); the outputs are there. Give ``batch`` on the CPU when
+    packing: the rows are laid out there, and only the packed tensors move.
     """
+    device = device if device is not None else next(model.parameters()).device
     if packing:
-        packed = packed_completion_logits(model, batch, share_prompts)
+        packed = packed_completion_logits(model, batch, share_prompts, device)
         return packed.logits, packed.targets, packed.to_rows
+    batch = batch.to(device)
     return completion_logits(model, batch, share_prompts), batch.completion_ids, _same
 
 
@@ -125,7 +133,8 @@ def _shared_prompt_logits(model: nn.Module, batch: TrainBatch) -> torch.Tensor |
     unique, inverse = torch.unique(prompts, dim=0, return_inverse=True)
     if unique.shape[0] == batch.num_rows:
         return None  # nothing shared: the plain forward is cheaper
-    first = torch.zeros(unique.shape[0], dtype=torch.long).scatter_(0, inverse, torch.arange(batch.num_rows))
+    rows = torch.arange(batch.num_rows, device=inverse.device)
+    first = torch.zeros(unique.shape[0], dtype=torch.long, device=inverse.device).scatter_(0, inverse, rows)
     cache = DynamicCache()
     prompt_out = model(
         input_ids=unique,

@@ -271,11 +271,12 @@ class PackedLogits:
 
 
 def packed_completion_logits(
-    model: nn.Module, batch: TrainBatch, share_prompts: bool = False
+    model: nn.Module, batch: TrainBatch, share_prompts: bool = False, device: torch.device | None = None
 ) -> PackedLogits:
-    """The logits predicting each real completion token of ``batch``, from one packed forward."""
+    """The logits predicting each real completion token of ``batch``, from one packed forward on
+    ``device`` (default: where the model's parameters are)."""
     packed = pack_rows(batch, share_prompts)
-    device = next(model.parameters()).device
+    device = device if device is not None else next(model.parameters()).device
     count = packed.logit_positions.numel()
     filler = -count % LOGIT_ROW
     # Filler slots repeat the last position: the LM head runs on < LOGIT_ROW extra rows, and the

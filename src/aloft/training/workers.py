@@ -150,7 +150,7 @@ class PolicyWorker(_Trainable):
             return logprobs, entropy if with_entropy else None
         with autocast(self.device, self.settings.bf16_autocast):
             logits, targets, to_rows = token_logits(
-                self.model, batch, self.share_prompts, self.settings.packing
+                self.model, batch, self.share_prompts, self.settings.packing, self.device
             )
         # Half-precision logits are upcast a row at a time inside (no [R, C, V] float32 copy).
         if not with_entropy:
@@ -165,10 +165,7 @@ class PolicyWorker(_Trainable):
     def compute_logprobs(self, batch: TrainBatch) -> torch.Tensor:
         """[B, T] logprobs of the completion tokens under the current policy (no grad; on the CPU)."""
         self.model.eval()
-        out = [
-            self._logprobs_and_entropy(batch.select(rows).to(self.device), False)[0].cpu()
-            for rows in self._micro(batch)
-        ]
+        out = [self._logprobs_and_entropy(batch.select(rows), False)[0].cpu() for rows in self._micro(batch)]
         return _pad_cat(out, batch.completion_width)
 
     def update(
@@ -208,10 +205,11 @@ class PolicyWorker(_Trainable):
             # ``scale`` is 0 only for a data-parallel rank's filler pass (see Strategy.assign).
             assigned = self.strategy.assign(micro_batches, sizes)
             for index, (global_rows, scale) in enumerate(assigned):
-                micro = batch.select(global_rows).to(self.device)
+                micro = batch.select(global_rows)  # on the CPU: a packed forward lays it out there
                 t = micro.completion_width
-                mask = micro.loss_mask
                 logprobs, entropy = self._logprobs_and_entropy(micro, with_entropy=True)
+                micro = micro.to(self.device)  # the loss's side
+                mask = micro.loss_mask
                 old = (
                     _rows_on(old_logprobs, global_rows, t, self.device)
                     if old_logprobs is not None
@@ -347,9 +345,11 @@ class ReferenceWorker:
     def compute_logprobs(self, batch: TrainBatch) -> torch.Tensor:
         out = []
         for rows in self.micro_batching.split(batch):
-            micro = batch.select(rows).to(self.device)
+            micro = batch.select(rows)
             with autocast(self.device, self.bf16_autocast), self._base_only():
-                logits, targets, to_rows = token_logits(self.model, micro, True, self.micro_batching.packing)
+                logits, targets, to_rows = token_logits(
+                    self.model, micro, True, self.micro_batching.packing, self.device
+                )
             out.append(to_rows(logprobs_from_logits(logits, targets, temperature=self.temperature)).cpu())
         return _pad_cat(out, batch.completion_width)
 

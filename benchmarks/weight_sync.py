@@ -16,6 +16,11 @@ What is timed, best of ``--repeats`` syncs after one warm-up sync, on the same w
   broadcasts flat buckets of ``--bucket-mb``; ``WeightReceiver.receive`` gets them. ``transfer`` is the
   receiver's wall time from the manifest to the last bucket (GB/s = bytes on the wire / that), ``total``
   adds ``engine.update_weights`` with the received tensors.
+- ``by handle``: the same two processes, as colocated Ray actors sync (``aloft.distributed.handles``):
+  the trainer writes its weights once, in the engine's dtype, into a shared-memory buffer and sends
+  its handle (a few bytes); the engine maps that buffer. ``transfer`` is the engine's wall time from
+  waiting for the handle to holding the mapped weights (the trainer's cast-and-copy included),
+  ``total`` adds the load.
 
 The engine's dtype is ``aloft.models.precision.fast_dtype()`` (bf16 on CPUs with native bf16 math)
 unless ``--dtype``. After the last sync the engine process checks that its greedy tokens and logprobs
@@ -84,12 +89,18 @@ def in_process(model_path: str, dtype: str, repeats: int) -> dict[str, Any]:
 
 
 def _across(
-    rank: int, port: int, model_path: str, dtype: str, bucket_mb: int, repeats: int, out: str
+    rank: int, port: int, model_path: str, dtype: str, bucket_mb: int, repeats: int, out: str, by_handle: bool
 ) -> None:
     import torch
     import torch.distributed as dist
 
-    from aloft.distributed import WeightReceiver, WeightSender, init_loopback_group
+    from aloft.distributed import (
+        SharedWeights,
+        WeightReceiver,
+        WeightSender,
+        init_loopback_group,
+        open_weights,
+    )
     from aloft.inference.hf import HFEngine
     from aloft.models import load_model
 
@@ -103,28 +114,47 @@ def _across(
             trainer = load_model(model_path, dtype=torch.float32)
             sender = WeightSender(dtype=getattr(torch, dtype), bucket_bytes=bucket_mb << 20)
             for _ in range(repeats + 1):
-                sender.send(unique_weights(trainer))
+                if by_handle:
+                    shared = SharedWeights(unique_weights(trainer), getattr(torch, dtype))
+                    dist.broadcast_object_list([shared.handle], src=0)
+                    dist.barrier()  # the engine has loaded
+                    shared.close()
+                else:
+                    sender.send(unique_weights(trainer))
             return
         engine = HFEngine(model_path, dtype=dtype)
         runs = []
         for version in range(repeats + 1):
             started = time.perf_counter()
-            weights, stats = WeightReceiver().receive()
+            if by_handle:
+                box: list[Any] = [None]
+                dist.broadcast_object_list(box, src=0)
+                weights = open_weights(box[0])
+                transfer, nbytes = time.perf_counter() - started, box[0].nbytes
+            else:
+                weights, stats = WeightReceiver().receive()
+                transfer, nbytes = stats.seconds, stats.bytes
             asyncio.run(engine.update_weights(weights, version=version + 1))
-            runs.append((stats.seconds, time.perf_counter() - started, stats.bytes))
+            runs.append((transfer, time.perf_counter() - started, nbytes))
+            if by_handle:
+                del weights
+                dist.barrier()
         reference = HFEngine(model_path, dtype=dtype)  # weights straight from the checkpoint
         ok = greedy(engine) == greedy(reference)
         engine.close()
         reference.close()
         transfer, total, nbytes = min(runs[1:])
-        result = {"mode": f"across processes ({bucket_mb} MiB buckets)", "bytes": nbytes}
+        mode = "by handle (shared memory)" if by_handle else f"across processes ({bucket_mb} MiB buckets)"
+        result = {"mode": mode, "bytes": nbytes}
         Path(out).write_text(json.dumps(result | {"transfer_s": transfer, "total_s": total, "ok": ok}))
     finally:
         dist.barrier()
         dist.destroy_process_group()
 
 
-def across_processes(model_path: str, dtype: str, bucket_mb: int, repeats: int) -> dict[str, Any]:
+def across_processes(
+    model_path: str, dtype: str, bucket_mb: int, repeats: int, by_handle: bool = False
+) -> dict[str, Any]:
     """Run ``_across`` as two fresh processes (this file with ``--sync-worker``): trainer and engine."""
     import subprocess
     import sys
@@ -133,7 +163,7 @@ def across_processes(model_path: str, dtype: str, bucket_mb: int, repeats: int) 
 
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as handle:
         out = handle.name
-    job = [free_loopback_port(), model_path, dtype, bucket_mb, repeats, out]
+    job = [free_loopback_port(), model_path, dtype, bucket_mb, repeats, out, by_handle]
     try:
         workers = [
             subprocess.Popen([sys.executable, __file__, "--sync-worker", json.dumps([rank, *job])])
@@ -211,6 +241,7 @@ def main(argv: list[str] | None = None) -> None:
             started = time.perf_counter()
             rows = [in_process(path, dtype, args.repeats)]
             rows += [across_processes(path, dtype, int(mb), args.repeats) for mb in args.bucket_mb.split(",")]
+            rows.append(across_processes(path, dtype, 0, args.repeats, by_handle=True))
             results.append({"model": name, "dtype": dtype, "rows": rows})
             print(f"{time.perf_counter() - started:.0f} s", flush=True)
     finally:

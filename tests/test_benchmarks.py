@@ -156,12 +156,16 @@ def test_weight_sync_runs(tmp_path, capsys):
     assert figures["benchmark"] == "weight_sync"
     (result,) = figures["results"]
     assert result["model"] == "tiny" and result["dtype"] == "float32"
-    local, across = result["rows"]
+    local, across, by_handle = result["rows"]
     assert local["mode"] == "in-process" and across["mode"].startswith("across processes (1 MiB")
-    assert local["bytes"] == across["bytes"] > 0  # the same float32 weights, all of them
-    for row in (local, across):
+    assert by_handle["mode"] == "by handle (shared memory)"
+    assert (
+        local["bytes"] == across["bytes"] == by_handle["bytes"] > 0
+    )  # the same float32 weights, all of them
+    for row in (local, across, by_handle):
         assert row["ok"] is True and 0 < row["transfer_s"] <= row["total_s"]
-    assert "across processes" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert "across processes" in shown and "by handle" in shown
 
 
 ASYNC_ARGS = ["--trajectories", "4", "--tool-ms", "50", "--tool-turns", "1", "--tokens", "4"]

@@ -1,7 +1,10 @@
 """`placement.backend=ray` on a real local Ray instance (127.0.0.1): colocated and disaggregated
-runs train exactly like the local run, weights reach the engines by broadcast, resume works."""
+runs train exactly like the local run, weights reach colocated engines by handle and disaggregated
+ones by broadcast, resume works."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -54,6 +57,9 @@ def test_colocated_trains_like_local_with_sleeping_engines(tiny_overrides):
     for row in got:
         assert row["sync/logprob_max_gap"] < 1e-4  # the engine samples with the trained weights
         assert row["sync/gigabytes"] > 0
+        # By handle (shared memory here, CUDA IPC on a GPU), not by broadcast; nothing left behind.
+        assert "sync/share_s" in row and "sync/buckets" not in row
+    assert not list(Path("/dev/shm").glob("aloft-weights-*"))
     assert (run_dir_of(colocated) / "export" / "model.safetensors").exists()
 
 

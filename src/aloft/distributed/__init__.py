@@ -1,4 +1,4 @@
-"""Multi-process pieces: weight sync over torch.distributed groups."""
+"""Multi-process pieces: weight sync over torch.distributed groups, or by handle between colocated processes."""
 
 from aloft.distributed.group import (
     LOOPBACK,
@@ -8,6 +8,7 @@ from aloft.distributed.group import (
     leave_spawned_rank,
     side_group,
 )
+from aloft.distributed.handles import SharedWeights, WeightsHandle, open_weights
 from aloft.distributed.weight_sync import (
     SyncStats,
     WeightReceiver,
@@ -16,6 +17,9 @@ from aloft.distributed.weight_sync import (
 )
 
 __all__ = [
+    "SharedWeights",
+    "WeightsHandle",
+    "open_weights",
     "LOOPBACK",
     "free_port",
     "side_group",

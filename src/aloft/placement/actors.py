@@ -14,7 +14,16 @@ import torch
 import torch.distributed as dist
 
 from aloft.config import AloftConfig
-from aloft.distributed import LOOPBACK, WeightReceiver, WeightSender, free_port, side_group
+from aloft.distributed import (
+    LOOPBACK,
+    SharedWeights,
+    WeightReceiver,
+    WeightSender,
+    WeightsHandle,
+    free_port,
+    open_weights,
+    side_group,
+)
 from aloft.inference.base import supports_lora_sync
 from aloft.models.compute_thread import on_compute_thread
 from aloft.models.device import process_group_backend, resolve_device
@@ -42,6 +51,7 @@ class LearnerActor:
         self.learner: Learner | None = None
         self.sender: WeightSender | None = None
         self.sync_group: Any = None
+        self.shared: SharedWeights | None = None
         self.home = torch.device("cpu")
 
     def address(self) -> tuple[str, int]:
@@ -86,6 +96,23 @@ class LearnerActor:
         if self.sender is None:
             return {}
         return self.sender.send(weights).metrics("sync/")
+
+    def share_weights(self, engine_dtype: str) -> WeightsHandle:
+        """Gather the policy's weights (every rank: a collective) into a buffer this rank's colocated
+        engine opens by handle; kept until ``release_weights``."""
+        started = time.perf_counter()
+        dtype = getattr(torch, engine_dtype.removeprefix("torch."))
+        self.release_weights()
+        self.shared = SharedWeights(self._learner.named_weights(), dtype)
+        self.share_seconds = time.perf_counter() - started
+        return self.shared.handle
+
+    def release_weights(self) -> float:
+        """Free the shared buffer (every engine has loaded it); returns the seconds sharing took."""
+        if self.shared is not None:
+            self.shared.close()
+            self.shared = None
+        return getattr(self, "share_seconds", 0.0)
 
     def lora_adapters(self) -> LoraAdapters | None:
         """A LoRA policy's adapters alone for an adapter-only sync (every rank gathers: a collective
@@ -154,6 +181,14 @@ class EngineActor:
         weights, _ = await asyncio.to_thread(self.receiver.receive)
         started = asyncio.get_running_loop().time()
         await self.engine.update_weights(weights, version)
+        return asyncio.get_running_loop().time() - started
+
+    async def load_shared_weights(self, handle: WeightsHandle, version: int) -> float:
+        """Open a colocated learner's shared weights and load them; returns the seconds loading took."""
+        started = asyncio.get_running_loop().time()
+        weights = await asyncio.to_thread(open_weights, handle)
+        await self.engine.update_weights(weights, version)
+        del weights  # the engine copied them: let the mapping go
         return asyncio.get_running_loop().time() - started
 
     def supports_lora_sync(self) -> bool:

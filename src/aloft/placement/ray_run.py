@@ -90,10 +90,11 @@ class RayLearners:
         engine_handle: RayEngines,
         colocated: bool,
         offload: bool,
+        engine_dtype: str = "torch.float32",
         adapter_sync: bool = False,
     ) -> None:
         self.actors, self.engines, self.engine_handle = actors, engines, engine_handle
-        self.colocated, self.offload = colocated, offload
+        self.colocated, self.offload, self.engine_dtype = colocated, offload, engine_dtype
         self.adapter_sync = adapter_sync
         """A LoRA policy's syncs send its adapters alone (every engine takes ``update_lora``)."""
 
@@ -104,7 +105,8 @@ class RayLearners:
         return self._all("train_on", ray.put(groups), step)
 
     async def sync_weights(self, version: int) -> dict[str, float]:
-        """Broadcast the policy from rank 0 to every engine; returns bytes, seconds and GB/s. A LoRA
+        """The policy's weights into every engine: colocated engine i opens learner i's by handle,
+        disaggregated engines take rank 0's broadcast; returns bytes, seconds and GB/s. A LoRA
         policy's adapters (~1% of the bytes) go through Ray's object store instead."""
         started = time.perf_counter()
         if self.adapter_sync:
@@ -118,6 +120,31 @@ class RayLearners:
                 "sync/bytes": float(adapters.nbytes),
                 "sync/load_s": max(loads),
                 "sync/total_s": time.perf_counter() - started,
+            }
+        if self.colocated:
+            # Every rank gathers the full weights (a collective), so each engine's own learner shares them.
+            handles = await asyncio.gather(
+                *(actor.share_weights.remote(self.engine_dtype) for actor in self.actors)
+            )
+            loads = await asyncio.gather(
+                *(
+                    engine.load_shared_weights.remote(handles[i], version)
+                    for i, engine in enumerate(self.engines)
+                )
+            )
+            share_seconds = (
+                await asyncio.gather(*(actor.release_weights.remote() for actor in self.actors))
+            )[0]
+            self.engine_handle.loaded(version)
+            total = time.perf_counter() - started
+            return {
+                "sync/bytes": float(handles[0].nbytes),
+                "sync/gigabytes": handles[0].nbytes / 1e9,
+                "sync/seconds": total,
+                "sync/gb_per_s": handles[0].nbytes / total / 1e9,
+                "sync/share_s": share_seconds,
+                "sync/load_s": max(loads),
+                "sync/total_s": total,
             }
         sends = [actor.send_weights.remote() for actor in self.actors]
         loads = [engine.receive_weights.remote(version) for engine in self.engines]
@@ -223,9 +250,15 @@ class RayPlacement:
             )
             for i in range(p.num_engines)
         ]
-        # NCCL between GPU learners and GPU engines on GPUs of their own; gloo through CPU memory
-        # otherwise (NCCL cannot connect two processes on one GPU, as colocated ones are).
-        self._wire_weight_sync("nccl" if not colocated and p.training_gpus and p.engine_gpus else "gloo")
+        # Colocated engines open their learner's weights by handle (CUDA IPC or shared memory: NCCL
+        # cannot connect two processes on one GPU); disaggregated ones take a broadcast, over NCCL
+        # between GPUs and gloo otherwise.
+        dtypes = set(ray.get([engine.dtype.remote() for engine in self.engines]))
+        if len(dtypes) != 1:
+            raise ConfigError(f"engines hold different dtypes {sorted(dtypes)}; they share one weight sync")
+        engine_dtype = dtypes.pop()
+        if not colocated:
+            self._wire_weight_sync("nccl" if p.training_gpus and p.engine_gpus else "gloo", engine_dtype)
         self.engine = RayEngines(self.engines)
         adapter_sync = bool(cfg.model.lora_rank) and p.lora_sync == "adapter"
         self.learner_group = RayLearners(
@@ -234,6 +267,7 @@ class RayPlacement:
             self.engine,
             colocated=colocated,
             offload=p.offload,
+            engine_dtype=engine_dtype,
             adapter_sync=adapter_sync and all(ray.get([e.supports_lora_sync.remote() for e in self.engines])),
         )
 
@@ -252,16 +286,11 @@ class RayPlacement:
             ) from None
         return group
 
-    def _wire_weight_sync(self, backend: str) -> None:
+    def _wire_weight_sync(self, backend: str, engine_dtype: str) -> None:
         host, port = ray.get(self.learners[0].address.remote())
-        dtypes = set(ray.get([engine.dtype.remote() for engine in self.engines]))
-        if len(dtypes) != 1:
-            raise ConfigError(
-                f"engines hold different dtypes {sorted(dtypes)}; they share one weight broadcast"
-            )
         world = 1 + len(self.engines)
         ray.get(
-            [self.learners[0].join_sync_group.remote(host, port, world, dtypes.pop(), backend)]
+            [self.learners[0].join_sync_group.remote(host, port, world, engine_dtype, backend)]
             + [
                 engine.join_sync_group.remote(host, port, 1 + i, world, backend)
                 for i, engine in enumerate(self.engines)

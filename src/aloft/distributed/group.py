@@ -6,6 +6,7 @@ import datetime
 import os
 import socket
 
+import torch
 import torch.distributed as dist
 
 LOOPBACK = "127.0.0.1"
@@ -35,6 +36,14 @@ def init_loopback_group(
         world_size=world_size,
         timeout=datetime.timedelta(seconds=timeout_s),
     )
+
+
+def group_device(group: dist.ProcessGroup | None = None) -> torch.device:
+    """Where ``group``'s collectives take their tensors: this rank's current GPU under NCCL, else
+    the CPU (gloo)."""
+    if dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def side_group(

@@ -17,6 +17,7 @@ from aloft.data import DatasetRow, PromptLoader, build_dataset, read_rows, write
 from aloft.inference import make_engine
 from aloft.inference.base import InferenceEngine
 from aloft.models import load_tokenizer
+from aloft.models.compute_thread import on_compute_thread
 from aloft.rollout import EpisodeLimits, Generator
 from aloft.tracking import JsonlSink, MetricsLogger, MlflowSink, RunIds, TensorBoardSink, WandbSink
 from aloft.trainer.learner import Learner, Learners, LocalLearners, build_learner
@@ -241,6 +242,8 @@ def build_components(cfg: AloftConfig) -> Components:
             and cfg.engine.backend in ("hf", "vllm", "sglang")
         )
         learners = LocalLearners(learner, engine, swap=swap, loop=loop)
+        if swap:  # generation comes first: the learner waits in CPU memory from the start
+            on_compute_thread(learner.move_to, "cpu")
     generator = None
     if main_rank:
         gen = cfg.generator

@@ -20,6 +20,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from aloft.distributed.group import group_device
+
 
 class Strategy(Protocol):
     rank: int
@@ -223,7 +225,7 @@ class FSDP2(SingleProcess):
 def sum_over_group(totals: dict[str, float], group: dist.ProcessGroup | None) -> dict[str, float]:
     """Every rank's ``totals`` summed (the same keys on every rank; a collective)."""
     keys = sorted(totals)
-    values = torch.tensor([totals[k] for k in keys], dtype=torch.float64)
+    values = torch.tensor([totals[k] for k in keys], dtype=torch.float64, device=group_device(group))
     dist.all_reduce(values, group=group)
     return dict(zip(keys, values.tolist()))
 

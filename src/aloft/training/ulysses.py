@@ -26,6 +26,7 @@ from torch import nn
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface
 
+from aloft.distributed.group import group_device
 from aloft.models.compat import attention_implementation
 from aloft.training.batch import TrainBatch
 from aloft.training.packing import pack_rows, packed_attention
@@ -172,14 +173,15 @@ def gather_token_values(
     """Every rank's per-token ``values [k]`` assembled into ``[B, T]`` on every rank (autograd-aware:
     the backward sums each rank's gradient into the rank that computed the value)."""
     size = dist.get_world_size(group)
-    counts = [torch.zeros(1, dtype=torch.long) for _ in range(size)]
-    dist.all_gather(counts, torch.tensor([values.numel()]), group=group)
+    device = group_device(group)  # NCCL takes GPU tensors only
+    counts = [torch.zeros(1, dtype=torch.long, device=device) for _ in range(size)]
+    dist.all_gather(counts, torch.tensor([values.numel()], device=device), group=group)
     most = max(int(c) for c in counts)
     pad = most - values.numel()
     padded = torch.cat([values, values.new_zeros(pad)])
     places = torch.stack(
         [torch.cat([rows, rows.new_zeros(pad)]), torch.cat([columns, columns.new_zeros(pad)])]
-    )
+    ).to(device)
     all_values = dist_fn.all_gather(padded, group=group)
     all_places = [torch.empty_like(places) for _ in range(size)]
     dist.all_gather(all_places, places, group=group)

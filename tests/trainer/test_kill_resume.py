@@ -105,3 +105,42 @@ def test_sigkill_then_rerun_matches_uninterrupted(tiny_model_dir, tmp_path, plan
     a = load_file(tmp_path / "full" / "checkpoints" / "step_16" / "policy.safetensors")
     b = load_file(tmp_path / "killed" / "checkpoints" / "step_16" / "policy.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+KILL_DURING_EXPORT = """
+import os, signal, sys
+from aloft.training import PolicyWorker
+from aloft.cli import main
+
+save = PolicyWorker.save_pretrained
+
+def save_then_die(self, path, state_dict=None):
+    save(self, path, state_dict=state_dict)  # the model is written; the tokenizer is not yet
+    os.kill(os.getpid(), signal.SIGKILL)
+
+PolicyWorker.save_pretrained = save_then_die
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_run_killed_during_its_export_leaves_nothing_behind_once_rerun(tiny_model_dir, tmp_path):
+    """SIGKILL while the final export is being written leaves ``export.tmp-<pid>/`` (a full model
+    copy); the next start of the run removes it, and its own export is whole."""
+    cmd = command(tiny_model_dir, tmp_path, "export", "trainer.max_steps=1", "trainer.export_final=true")
+    run_dir = tmp_path / "export"
+    env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'src'}"}
+    killed = subprocess.run(
+        [sys.executable, "-c", KILL_DURING_EXPORT, *cmd[3:]],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        timeout=300,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    (partial,) = run_dir.glob("export.tmp-*")
+    assert (partial / "model.safetensors").exists() and not (run_dir / "export").exists()
+    rerun = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert not list(run_dir.rglob("*.tmp-*"))
+    export = run_dir / "export"
+    assert (export / "model.safetensors").exists() and (export / "tokenizer_config.json").exists()

@@ -10,14 +10,19 @@ Endpoints:
 - ``POST /v1/completions``: ``prompt`` is a string (tokenized without special tokens added) or a
   list of token ids (token-in; a one-element list of either is accepted too). Sampling fields:
   ``max_tokens`` (16), ``temperature`` (1.0; 0 = greedy), ``top_p``, ``top_k`` (0 or -1 = off),
-  ``seed``, ``stop`` (string or list; the stop string is kept in the output, as vLLM's
-  ``include_stop_str_in_output=true``), ``stop_token_ids``, ``n`` (sample ``i`` uses ``seed + i``
-  when a seed is given), ``logprobs`` (any integer >= 0 turns them on; only the sampled token's
-  logprob is reported, so ``top_logprobs`` holds that one entry), ``return_tokens_as_token_ids``.
+  ``seed``, ``stop`` (string or list; as in OpenAI's API the stop string is left out of ``text``;
+  vLLM's ``include_stop_str_in_output=true`` keeps it), ``stop_token_ids``, ``n`` (sample ``i`` uses
+  ``seed + i`` when a seed is given), ``logprobs`` (any integer >= 0 turns them on; only the sampled
+  token's logprob is reported, so ``top_logprobs`` holds that one entry),
+  ``return_tokens_as_token_ids``, ``stream`` (server-sent events, one chunk per token, then
+  ``data: [DONE]``; ``stream_options.include_usage`` adds a usage chunk; the chunks are sent once
+  the engine has the whole completion, as engines return whole completions), ``response_format``
+  (``text`` only: the engines cannot constrain decoding, so JSON modes get a 400 saying so).
   Each choice carries (vLLM conventions where they exist):
 
   - ``text``, ``index``, ``finish_reason`` (``"stop"``, ``"length"`` or ``"abort"``);
-  - ``token_ids``: the generated token ids (always; vLLM's ``return_token_ids`` field);
+  - ``token_ids``: every generated token id, a stop string's included (always; vLLM's
+    ``return_token_ids`` field): with ``logprobs``, exactly what the engine sampled, for training;
   - ``logprobs`` (when requested): ``{"tokens": [...], "token_logprobs": [...], "top_logprobs":
     [{token: logprob}, ...], "text_offset": [...]}``; ``tokens`` are ``"token_id:<id>"`` strings when
     ``return_tokens_as_token_ids`` is true (as in vLLM), else the decoded token strings.
@@ -30,9 +35,15 @@ Endpoints:
 - ``POST /v1/chat/completions``: ``messages`` go through the tokenizer's chat template
   (``add_generation_prompt=True``; ``tools`` passed to the template when given). Same sampling fields;
   ``logprobs: true`` gives the OpenAI chat form ``{"content": [{"token", "logprob", "bytes",
-  "top_logprobs"}]}``. The message content is the generated text (tool calls are left in the text
-  for the caller's parser); each choice also has ``token_ids``.
+  "top_logprobs"}]}``. With ``tools`` (and ``tool_choice`` not ``"none"``), calls the model wrote in
+  its chat template's format (Hermes/Qwen ``<tool_call>{...}</tool_call>``, or a reply that is one
+  JSON object with a ``name``, as Llama 3.x and SmolLM2 write them) come back as
+  ``message.tool_calls`` with ``finish_reason: "tool_calls"``, and ``content`` is what is left
+  (None if nothing). Each choice also has ``token_ids``.
 - ``GET /v1/models``, ``GET /health`` (``{"status": "ok", "version": N, "paused": bool}``).
+- Errors have OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``: 400 for a bad
+  request (a malformed body too, naming the field), 401 for a missing or wrong key, 503 while the
+  engine cannot generate (asleep, closed).
 - ``POST /control/update_weights`` ``{"path": DIR_OR_SAFETENSORS, "version": N}`` (the path must be
   readable by the server), ``POST /control/pause``, ``POST /control/resume``, ``POST /control/sleep``,
   ``POST /control/wake_up``.
@@ -45,15 +56,25 @@ import secrets
 import socket
 import threading
 import time
-import uuid
 from typing import Any
 
 import uvicorn
 from fastapi import Depends, FastAPI, Header, HTTPException, Request
-from fastapi.responses import JSONResponse
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict
 
 from aloft.inference.base import InferenceEngine
+from aloft.inference.openai_format import (
+    chat_logprobs,
+    choice_text,
+    completion_logprobs,
+    error_body,
+    response,
+    stream_events,
+    text_pieces,
+    tool_calls_in,
+)
 from aloft.types import Completion, GenerationRequest, SamplingParams
 
 __all__ = ["ServerThread", "build_app", "serve"]
@@ -71,6 +92,14 @@ class _Sampling(BaseModel):
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
     n: int = 1
+    include_stop_str_in_output: bool = False
+    """vLLM's field: keep the stop string in the text (OpenAI leaves it out; aloft's remote engine asks for it)."""
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
+
+    def stops(self) -> list[str]:
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
 
 
 class CompletionBody(_Sampling):
@@ -80,8 +109,10 @@ class CompletionBody(_Sampling):
 
 
 class ChatBody(_Sampling):
+    max_tokens: int | None = None  # OpenAI's chat default: until the model stops or the context ends
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
     logprobs: bool = False
     max_completion_tokens: int | None = None
 
@@ -126,16 +157,15 @@ def build_app(
 
     @app.exception_handler(HTTPException)
     async def _http_error(_: Request, exc: HTTPException) -> JSONResponse:
-        return JSONResponse(
-            status_code=exc.status_code,
-            content={
-                "error": {
-                    "message": str(exc.detail),
-                    "type": "invalid_request_error",
-                    "code": exc.status_code,
-                }
-            },
-        )
+        return JSONResponse(status_code=exc.status_code, content=error_body(exc.status_code, str(exc.detail)))
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        # OpenAI answers a malformed body with 400 (FastAPI's default is 422), naming the field.
+        first = exc.errors()[0] if exc.errors() else {}
+        param = ".".join(str(part) for part in first.get("loc", ())[1:]) or None
+        message = f"{param}: {first.get('msg', 'invalid request')}" if param else str(first.get("msg", exc))
+        return JSONResponse(status_code=400, content=error_body(400, message, param))
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -153,30 +183,36 @@ def build_app(
         body: CompletionBody, x_session_id: str | None = Header(default=None)
     ) -> dict[str, Any]:
         stats.completions += 1
+        _check_response_format(body)
         prompts = _prompt_ids(body.prompt, tokenizer)
         results = await _generate(engine, prompts, body, body.max_tokens, x_session_id)
-        choices = []
+        choices, texts = [], []
         for index, (completion, _) in enumerate(results):
+            text = choice_text(completion, tokenizer, body.stops(), body.include_stop_str_in_output)
             choice: dict[str, Any] = {
                 "index": index,
-                "text": _text(completion, tokenizer),
+                "text": text,
                 "finish_reason": completion.finish_reason,
                 "token_ids": completion.token_ids,
                 "policy_version": completion.policy_version,
                 "logprobs": None,
             }
             if body.logprobs is not None:
-                choice["logprobs"] = _completion_logprobs(
+                choice["logprobs"] = completion_logprobs(
                     completion, tokenizer, body.return_tokens_as_token_ids
                 )
             choices.append(choice)
-        return _response("text_completion", choices, prompts, results, engine, model_name)
+            texts.append(text_pieces(completion.token_ids, tokenizer, text))
+        if body.stream:
+            return _stream("text_completion", choices, texts, results, body)
+        return response("text_completion", choices, prompts, results, model_name, engine.version)
 
     @app.post("/v1/chat/completions", dependencies=auth)
     async def chat_completions(
         body: ChatBody, x_session_id: str | None = Header(default=None)
     ) -> dict[str, Any]:
         stats.chat_completions += 1
+        _check_response_format(body)
         kwargs: dict[str, Any] = {"add_generation_prompt": True, "tokenize": True}
         if body.tools:
             kwargs["tools"] = body.tools
@@ -187,36 +223,41 @@ def build_app(
         if isinstance(ids, dict) or hasattr(ids, "keys"):
             ids = ids["input_ids"]
         prompts = [list(ids)]
-        max_tokens = body.max_completion_tokens or body.max_tokens
+        max_tokens = body.max_completion_tokens or body.max_tokens or _room_left(engine, len(ids))
         results = await _generate(engine, prompts, body, max_tokens, x_session_id)
-        choices = []
+        parse_tools = bool(body.tools) and body.tool_choice != "none"
+        choices, texts = [], []
         for index, (completion, _) in enumerate(results):
+            text = choice_text(completion, tokenizer, body.stops(), body.include_stop_str_in_output)
+            content, calls = tool_calls_in(text) if parse_tools else (text, [])
+            message: dict[str, Any] = {"role": "assistant", "content": content}
+            if calls:
+                message["tool_calls"] = calls
             choice = {
                 "index": index,
-                "message": {"role": "assistant", "content": _text(completion, tokenizer)},
-                "finish_reason": completion.finish_reason,
+                "message": message,
+                "finish_reason": "tool_calls" if calls else completion.finish_reason,
                 "token_ids": completion.token_ids,
                 "policy_version": completion.policy_version,
-                "logprobs": None,
+                "logprobs": chat_logprobs(completion, tokenizer) if body.logprobs else None,
             }
-            if body.logprobs:
-                choice["logprobs"] = {
-                    "content": [
-                        {
-                            "token": token,
-                            "logprob": lp,
-                            "bytes": list(token.encode("utf-8")),
-                            "top_logprobs": [
-                                {"token": token, "logprob": lp, "bytes": list(token.encode("utf-8"))}
-                            ],
-                        }
-                        for token, lp in zip(
-                            _token_strings(completion.token_ids, tokenizer), completion.logprobs
-                        )
-                    ]
-                }
             choices.append(choice)
-        return _response("chat.completion", choices, prompts, results, engine, model_name)
+            pieces = text_pieces(completion.token_ids, tokenizer, text) if not calls else [content or ""]
+            texts.append([piece for piece in pieces if piece])
+        if body.stream:
+            return _stream("chat.completion", choices, texts, results, body)
+        return response("chat.completion", choices, prompts, results, model_name, engine.version)
+
+    def _stream(
+        kind: str,
+        choices: list[dict[str, Any]],
+        texts: list[list[str]],
+        results: list[tuple[Completion, list[int]]],
+        body: _Sampling,
+    ) -> StreamingResponse:
+        include_usage = bool((body.stream_options or {}).get("include_usage"))
+        events = stream_events(kind, model_name, choices, texts, results, include_usage)
+        return StreamingResponse(events, media_type="text/event-stream")
 
     @app.post("/control/update_weights", dependencies=auth)
     async def update_weights(body: UpdateWeightsBody) -> dict[str, Any]:
@@ -276,7 +317,7 @@ async def _generate(
 ) -> list[tuple[Completion, list[int]]]:
     """``session_id``: the caller's ``X-Session-Id`` (aloft's remote engine sends one per trajectory), so an
     engine may keep a trajectory's KV cache for its next turn; each of ``n`` samples is its own session."""
-    stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
+    stop = body.stops()
     if body.n < 1:
         raise HTTPException(status_code=400, detail=f"n must be >= 1, got {body.n}")
     requests = []
@@ -302,56 +343,22 @@ async def _generate(
     return [(c, r.prompt_ids) for c, r in zip(completions, requests)]
 
 
-def _text(completion: Completion, tokenizer: Any) -> str:
-    return completion.text or tokenizer.decode(completion.token_ids, skip_special_tokens=True)
-
-
-def _token_strings(ids: list[int], tokenizer: Any) -> list[str]:
-    return [tokenizer.decode([i]) for i in ids]
-
-
-def _completion_logprobs(completion: Completion, tokenizer: Any, as_ids: bool) -> dict[str, Any]:
-    tokens = (
-        [f"token_id:{i}" for i in completion.token_ids]
-        if as_ids
-        else _token_strings(completion.token_ids, tokenizer)
+def _room_left(engine: InferenceEngine, prompt_tokens: int) -> int:
+    """The tokens left in the engine's context after the prompt (a chat request without a limit)."""
+    context = getattr(engine, "max_model_len", None) or getattr(
+        getattr(engine, "limits", None), "max_positions", None
     )
-    offsets, offset = [], 0
-    for piece in _token_strings(completion.token_ids, tokenizer):
-        offsets.append(offset)
-        offset += len(piece)
-    return {
-        "tokens": tokens,
-        "token_logprobs": list(completion.logprobs),
-        "top_logprobs": [{t: lp} for t, lp in zip(tokens, completion.logprobs)],
-        "text_offset": offsets,
-    }
+    return max(int(context) - prompt_tokens, 1) if context else 4096
 
 
-def _response(
-    kind: str,
-    choices: list[dict[str, Any]],
-    prompts: list[list[int]],
-    results: list[tuple[Completion, list[int]]],
-    engine: InferenceEngine,
-    model_name: str,
-) -> dict[str, Any]:
-    prompt_tokens = sum(len(p) for _, p in results)
-    completion_tokens = sum(len(c.token_ids) for c, _ in results)
-    return {
-        "id": f"{'cmpl' if kind == 'text_completion' else 'chatcmpl'}-{uuid.uuid4().hex}",
-        "object": kind,
-        "created": int(time.time()),
-        "model": model_name,
-        "choices": choices,
-        "prompt_token_ids": prompts[0] if len(prompts) == 1 else prompts,
-        "policy_version": min((c.policy_version for c, _ in results), default=engine.version),
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
-    }
+def _check_response_format(body: _Sampling) -> None:
+    kind = (body.response_format or {}).get("type", "text")
+    if kind != "text":
+        raise HTTPException(
+            status_code=400,
+            detail=f"response_format type {kind!r} is not supported: this server's engines cannot constrain "
+            "decoding to JSON; ask for JSON in the prompt and parse the text",
+        )
 
 
 class ServerThread:

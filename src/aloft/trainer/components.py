@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
+import logging
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,8 +30,11 @@ from aloft.trainer.preflight import (
 )
 from aloft.trainer.seeding import seed_everything
 from aloft.training import CriticWorker, PolicyWorker, ReferenceWorker
+from aloft.training.checkpoint import remove_stale_partials, write_directory_atomically
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -134,15 +136,12 @@ class Components:
         if not self.is_main:
             self.learners.save_pretrained(None)
             return None
-        final = self.run_dir / "export"
-        tmp = self.run_dir / f"export.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        self.learners.save_pretrained(tmp)
-        self.tokenizer.save_pretrained(str(tmp))
-        shutil.rmtree(final, ignore_errors=True)
-        os.rename(tmp, final)
-        return final
+
+        def write(directory: Path) -> None:
+            self.learners.save_pretrained(directory)
+            self.tokenizer.save_pretrained(str(directory))
+
+        return write_directory_atomically(self.run_dir / "export", write)
 
 
 def _load_or_build_rows(cfg: AloftConfig, run_dir: Path) -> tuple[list[DatasetRow], list[DatasetRow]]:
@@ -211,6 +210,10 @@ def build_components(cfg: AloftConfig) -> Components:
     tr = cfg.trainer
     run_dir = Path(tr.run_root) / tr.name
     run_dir.mkdir(parents=True, exist_ok=True)
+    # A run killed while writing its export or a checkpoint left a partial copy: no one finishes it.
+    for directory in (run_dir, run_dir / "checkpoints"):
+        for partial in remove_stale_partials(directory):
+            logger.info("removed %s, left by a run that stopped while writing it", partial)
     _check_same_config(cfg, run_dir)
     save_config(cfg, run_dir / "config.yaml")
     seed_everything(tr.seed, tr.deterministic, tr.num_threads)

@@ -47,6 +47,32 @@ class CheckpointManager:
                 shutil.rmtree(p, ignore_errors=True)
 
 
+def remove_stale_partials(directory: Path) -> list[Path]:
+    """Remove the ``<name>.tmp-<pid>`` entries in ``directory`` that no live process is writing (a
+    run killed mid-export or mid-checkpoint leaves one, a full model copy); returns what went."""
+    removed = []
+    for path in directory.glob("*.tmp-*") if directory.is_dir() else []:
+        pid = path.name.rpartition(".tmp-")[2]
+        if pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid)):
+            continue  # another live process (another rank, a concurrent tool) is writing it
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
+
+
 def write_directory_atomically(final: Path, write: Callable[[Path], None]) -> Path:
     """Call ``write(tmp_dir)`` on a sibling ``<final>.tmp-<pid>`` and rename it to ``final`` once every
     file is flushed, replacing an existing ``final``: a reader sees the old directory or the whole

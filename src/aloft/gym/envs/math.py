@@ -43,7 +43,7 @@ from typing import Any
 from aloft.gym.core import Env, StepOutput
 from aloft.gym.envs.math_grading import default_grader, extract_boxed, extract_hash_answer
 from aloft.gym.tools.calculator import CalculatorTools
-from aloft.gym.tools.parsing import parse_tag_calls
+from aloft.tool_calls import parse_tag_calls
 from aloft.types import Message
 
 __all__ = ["MathEnv", "MathToolEnv", "extract_math_answer"]

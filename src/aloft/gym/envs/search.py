@@ -42,8 +42,8 @@ from collections import Counter
 from typing import Any
 
 from aloft.gym.core import Env, StepOutput
-from aloft.gym.tools.parsing import parse_tag_calls
 from aloft.gym.tools.search import RetrievalClient, SearchBackend, SearchTools, local_index
+from aloft.tool_calls import parse_tag_calls
 from aloft.types import Message
 
 __all__ = ["SearchEnv", "exact_match", "f1_score", "normalize_answer"]

@@ -66,8 +66,8 @@ from pathlib import Path
 from typing import Any
 
 from aloft.gym.core import Env, StepOutput
-from aloft.gym.tools.parsing import parse_tag_calls
 from aloft.gym.tools.sql import SqlExecutor, SqlTools
+from aloft.tool_calls import parse_tag_calls
 from aloft.types import Message
 
 __all__ = [

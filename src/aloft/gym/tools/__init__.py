@@ -1,7 +1,7 @@
 """Tools for environments: ``@tool``, ``ToolGroup``, tool-call parsing and reusable tool groups.
 
 Torch-free. See ``aloft.gym.tools.base`` for defining tools and groups and
-``aloft.gym.tools.parsing`` for the call formats (tags, Hermes/Qwen JSON, OpenAI ``tool_calls``).
+``aloft.tool_calls`` for the call formats (tags, Hermes/Qwen JSON, OpenAI ``tool_calls``).
 The heavier groups (python sandbox, sql, search) live in their own modules and are imported from
 there, so importing this package stays light.
 """
@@ -17,7 +17,7 @@ from aloft.gym.tools.base import (
     tool,
 )
 from aloft.gym.tools.calculator import CalculatorTools
-from aloft.gym.tools.parsing import (
+from aloft.tool_calls import (
     ParseError,
     ParseResult,
     ToolCall,

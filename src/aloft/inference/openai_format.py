@@ -152,7 +152,8 @@ def usage(results: list[tuple[Completion, list[int]]]) -> dict[str, int]:
 
 def text_pieces(token_ids: list[int], tokenizer: Any, text: str) -> list[str]:
     """``text`` cut where each token's decoded text ends (what a stream sends token by token); the
-    pieces join to ``text`` exactly (one piece when decoding is not prefix-stable)."""
+    pieces join to ``text`` exactly (one piece when decoding is not prefix-stable). It decodes every
+    prefix, so its cost grows with the square of the length: for streams only."""
     pieces, sent = [], 0
     for k in range(1, len(token_ids) + 1):
         decoded = tokenizer.decode(token_ids[:k], skip_special_tokens=True)

@@ -202,7 +202,8 @@ def build_app(
                     completion, tokenizer, body.return_tokens_as_token_ids
                 )
             choices.append(choice)
-            texts.append(text_pieces(completion.token_ids, tokenizer, text))
+            if body.stream:  # token by token: one decode per token, only when streaming
+                texts.append(text_pieces(completion.token_ids, tokenizer, text))
         if body.stream:
             return _stream("text_completion", choices, texts, results, body)
         return response("text_completion", choices, prompts, results, model_name, engine.version)
@@ -242,8 +243,9 @@ def build_app(
                 "logprobs": chat_logprobs(completion, tokenizer) if body.logprobs else None,
             }
             choices.append(choice)
-            pieces = text_pieces(completion.token_ids, tokenizer, text) if not calls else [content or ""]
-            texts.append([piece for piece in pieces if piece])
+            if body.stream:
+                pieces = text_pieces(completion.token_ids, tokenizer, text) if not calls else [content or ""]
+                texts.append([piece for piece in pieces if piece])
         if body.stream:
             return _stream("chat.completion", choices, texts, results, body)
         return response("chat.completion", choices, prompts, results, model_name, engine.version)

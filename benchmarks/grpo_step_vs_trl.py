@@ -201,6 +201,7 @@ def arithmetic_reward(text: str, answer: str) -> float:
 
 def run_trl(spec: dict[str, Any]) -> dict[str, Any]:
     import datasets
+    import torch
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
@@ -235,7 +236,7 @@ def run_trl(spec: dict[str, Any]) -> dict[str, Any]:
     batch = spec["prompts"] * spec["samples"]
     args = GRPOConfig(
         output_dir=str(Path(spec["work_dir"]) / "trl"),
-        use_cpu=True,
+        use_cpu=not torch.cuda.is_available(),  # the GPU where there is one, as aloft's trainer.device=auto
         bf16=spec["precision"] == "bf16",
         fp16=False,
         model_init_kwargs={"dtype": "float32"},

@@ -72,6 +72,20 @@ def test_the_config_takes_devices_by_their_torch_names():
 def test_nccl_for_gpus_gloo_for_cpus():
     assert process_group_backend("cuda:1") == "nccl"
     assert process_group_backend(torch.device("cpu")) == "gloo"
+    # FSDP2's CPU offload reduces CPU-held gradients too: gloo beside NCCL.
+    assert process_group_backend("cuda:0", cpu_collectives=True) == "cpu:gloo,cuda:nccl"
+    assert process_group_backend("cpu", cpu_collectives=True) == "gloo"
+
+
+def test_the_ray_driver_leaves_devices_to_its_actors():
+    """A GPU-less head node drives GPU actors: trainer.device=cuda is theirs to resolve."""
+    from aloft.config import ConfigError
+    from aloft.trainer.preflight import check_devices
+
+    gpu = {"trainer": {"device": "cuda"}, "data": {"builder": "x"}}
+    with pytest.raises(ConfigError, match="trainer.device=cuda but torch sees no CUDA GPU"):
+        check_devices(AloftConfig.model_validate(gpu))
+    check_devices(AloftConfig.model_validate({**gpu, "placement": {"backend": "ray"}}))
 
 
 def test_autocast_runs_on_the_device_it_is_given():

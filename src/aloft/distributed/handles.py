@@ -88,7 +88,10 @@ class SharedWeights:
         if self._path is not None:
             self._path.unlink(missing_ok=True)
             self._path = None
+        on_gpu = self.buffer.is_cuda
         self.buffer = torch.empty(0)
+        if on_gpu:
+            torch.cuda.empty_cache()  # the learner's process holds no cache while its engine generates
 
     def __del__(self) -> None:  # a learner that dies between share and close leaves no file behind
         path = getattr(self, "_path", None)

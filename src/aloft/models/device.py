@@ -63,9 +63,13 @@ def use_device(device: torch.device) -> None:
         torch.cuda.set_device(device)
 
 
-def process_group_backend(device: torch.device | str) -> str:
-    """NCCL for CUDA ranks, gloo for CPU ones."""
-    return "nccl" if torch.device(device).type == "cuda" else "gloo"
+def process_group_backend(device: torch.device | str, cpu_collectives: bool = False) -> str:
+    """NCCL for CUDA ranks, gloo for CPU ones. ``cpu_collectives``: CUDA ranks that also reduce CPU
+    tensors (FSDP2's CPU offload keeps gradients there: the grad-norm reduction runs on them) get
+    gloo for those beside NCCL."""
+    if torch.device(device).type != "cuda":
+        return "gloo"
+    return "cpu:gloo,cuda:nccl" if cpu_collectives else "nccl"
 
 
 def autocast(device: torch.device | str, enabled: bool) -> contextlib.AbstractContextManager:

@@ -65,7 +65,9 @@ class LearnerActor:
                 os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
             # Ray shows a GPU actor its own GPU only: cuda:0 when the training bundles hold GPUs.
             dist.init_process_group(
-                process_group_backend(resolve_device(cfg.trainer.device, local_rank=0)),
+                process_group_backend(
+                    resolve_device(cfg.trainer.device, local_rank=0), cfg.trainer.fsdp_cpu_offload
+                ),
                 init_method=f"tcp://{host}:{port}",
                 rank=rank,
                 world_size=world_size,

@@ -234,19 +234,19 @@ def build_components(cfg: AloftConfig) -> Components:
     else:
         learner = build_learner(cfg)  # needs the process group trainer.train starts, for fsdp2 / ulysses
         main_rank, world_size = learner.rank == 0, learner.policy.strategy.world_size
-        engine = _local_engine(cfg, model_path, tokenizer) if main_rank else None  # rank 0 alone generates
         # One GPU for the learner and an embedded engine: they take turns (placement.offload), when
         # generation does not overlap the update (plan=sync).
         swap = (
-            engine is not None
+            main_rank
             and cfg.placement.offload
             and learner.policy.device.type != "cpu"
             and cfg.trainer.plan == "sync"
             and cfg.engine.backend in ("hf", "vllm", "sglang")
         )
-        learners = LocalLearners(learner, engine, swap=swap, loop=loop)
-        if swap:  # generation comes first: the learner waits in CPU memory from the start
+        if swap:  # generation comes first, and the engine sizes itself by the GPU memory it finds free
             on_compute_thread(learner.move_to, "cpu")
+        engine = _local_engine(cfg, model_path, tokenizer) if main_rank else None  # rank 0 alone generates
+        learners = LocalLearners(learner, engine, swap=swap, loop=loop)
     generator = None
     if main_rank:
         gen = cfg.generator

@@ -33,7 +33,7 @@ from aloft.inference.base import InferenceEngine, supports_lora_sync
 from aloft.models import fast_dtype, load_tokenizer, resolve_model_path
 from aloft.models.compat import plain_causal_attention
 from aloft.models.compute_thread import on_compute_thread
-from aloft.models.device import resolve_device, use_device
+from aloft.models.device import free_cached_memory, resolve_device, use_device
 from aloft.seeds import mix_seed
 from aloft.trainer.step_metrics import env_token_share, sampler_logprob_diff
 from aloft.training import CriticWorker, OptimSettings, PolicyWorker, ReferenceWorker, TrainBatch, collate
@@ -161,7 +161,14 @@ class Learner:
         """Largest |trainer logprob - sampler logprob| over the trajectories' policy tokens: ~0 when
         the engine that sampled them holds exactly the trainer's weights (the weight-sync check)."""
         batch = collate(trajectories, self.pad_token_id, {t.group_id: 0 for t in trajectories})
-        logprobs = self.policy.compute_logprobs(batch)
+        offloaded = self.policy.offloaded  # colocated: the check runs while the engine has the device
+        if offloaded:
+            self.move_to(self.policy.device)
+        try:
+            logprobs = self.policy.compute_logprobs(batch)
+        finally:
+            if offloaded:
+                self.move_to("cpu")
         return float(((logprobs - batch.sampler_logprobs).abs() * batch.loss_mask).max())
 
     def write_state(self, directory: Path | None) -> None:
@@ -203,6 +210,7 @@ class Learner:
                 worker.move_to(device)
         if self.reference is not None:
             self.reference.model.to(device)
+        free_cached_memory(self.policy.device)  # what the moves freed goes back to the GPU
 
 
 class Learners(Protocol):
@@ -317,7 +325,10 @@ def build_learner(cfg: AloftConfig) -> Learner:
         importlib.import_module(module)
     tr, gen, optim, algo = cfg.trainer, cfg.generator, cfg.optim, cfg.algorithm
     device = resolve_device(tr.device)
-    use_device(device)  # this rank's GPU is the current one (NCCL, FSDP2's mesh)
+    # This rank's GPU is the current one (NCCL, FSDP2's mesh and streams), on this thread and on the
+    # compute thread that runs the updates (CUDA's current device is per thread).
+    use_device(device)
+    on_compute_thread(use_device, device)
     strategies: dict[str, Callable[[], Strategy]] = {
         "fsdp2": lambda: FSDP2(
             mixed_precision=tr.fsdp_mixed_precision, cpu_offload=tr.fsdp_cpu_offload, device=device

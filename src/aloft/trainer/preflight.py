@@ -74,6 +74,8 @@ def check_names(cfg: AloftConfig) -> None:
 def check_devices(cfg: AloftConfig) -> None:
     """``trainer.device`` (and an hf engine's ``engine.device``) name a device this process has, and
     settings that need a GPU get one (a config written for a GPU machine, run on a CPU one)."""
+    if cfg.placement.backend == "ray":
+        return  # learner and engine actors resolve their devices where Ray places them
     try:
         device = resolve_device(cfg.trainer.device)
         if cfg.engine.backend == "hf" and cfg.placement.backend == "local":

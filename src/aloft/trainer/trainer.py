@@ -25,7 +25,7 @@ from tqdm import tqdm
 from aloft.algorithms import apply_soft_overlong_penalty, drop_failed_trajectories, drop_zero_variance_groups
 from aloft.config import AloftConfig, ConfigError
 from aloft.models.compute_thread import on_compute_thread
-from aloft.models.device import process_group_backend, resolve_device
+from aloft.models.device import process_group_backend, resolve_device, use_device
 from aloft.seeds import mix_seed
 from aloft.trainer.components import Components, build_components
 from aloft.trainer.evaluation import evaluate
@@ -340,7 +340,9 @@ def train(config: AloftConfig) -> dict[str, float]:
         if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
             return _train_on_local_ranks(config)
         # Started by torchrun (or another launcher that sets RANK / WORLD_SIZE / MASTER_ADDR).
-        dist.init_process_group(process_group_backend(_rank_device(config, None)))
+        device = _rank_device(config, None)
+        use_device(device)
+        dist.init_process_group(process_group_backend(device, config.trainer.fsdp_cpu_offload))
         try:
             return train(config)
         finally:
@@ -379,7 +381,9 @@ def _local_rank(rank: int, config: AloftConfig, ranks: int, port: int, results: 
     os.environ["LOCAL_RANK"] = str(rank)  # as torchrun sets it (DeepSpeed reads it)
     # Ranks other than 0 wait in a collective while rank 0 generates and evaluates: allow it the
     # time a rollout or an eval can take (torch's default for gloo), not init_loopback_group's 2 minutes.
-    backend = process_group_backend(_rank_device(config, rank))
+    device = _rank_device(config, rank)
+    use_device(device)  # NCCL binds each rank to its current GPU
+    backend = process_group_backend(device, config.trainer.fsdp_cpu_offload)
     init_loopback_group(rank, ranks, port, backend=backend, timeout_s=1800)
     try:
         metrics = train(config)

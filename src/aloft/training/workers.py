@@ -84,6 +84,13 @@ class _Trainable:
         self.strategy.load_optim_state_dict(self.model, self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
 
+    @property
+    def offloaded(self) -> bool:
+        """The parameters wait in CPU memory away from ``device`` (``move_to("cpu")``)."""
+        if self.strategy.places_parameters:
+            return False
+        return next(self.model.parameters()).device.type != self.device.type
+
     def move_to(self, device: str | torch.device) -> None:
         """Parameters, gradients and optimizer state to ``device`` (offload between phases: to
         "cpu" frees the GPU memory they held, back to ``self.device`` before the next update).

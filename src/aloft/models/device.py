@@ -53,10 +53,6 @@ def resolve_device(
     return torch.device("cuda", index)
 
 
-def is_accelerator(device: torch.device | str) -> bool:
-    return torch.device(device).type != "cpu"
-
-
 def use_device(device: torch.device) -> None:
     """Make ``device`` this process's current GPU (NCCL and FSDP2's device mesh use the current one)."""
     if device.type == "cuda":

@@ -52,6 +52,7 @@ class LearnerActor:
         self.sender: WeightSender | None = None
         self.sync_group: Any = None
         self.shared: SharedWeights | None = None
+        self.share_seconds = 0.0
         self.home = torch.device("cpu")
 
     def address(self) -> tuple[str, int]:
@@ -114,7 +115,7 @@ class LearnerActor:
         if self.shared is not None:
             self.shared.close()
             self.shared = None
-        return getattr(self, "share_seconds", 0.0)
+        return self.share_seconds
 
     def lora_adapters(self) -> LoraAdapters | None:
         """A LoRA policy's adapters alone for an adapter-only sync (every rank gathers: a collective

@@ -35,16 +35,11 @@ class CheckpointManager:
     def save(self, step: int, write: Callable[[Path], None]) -> Path:
         """Call ``write(tmp_dir)`` then publish it as ``step_<step>`` and prune old ones."""
         self.root.mkdir(parents=True, exist_ok=True)
-        self._remove_partial()
+        remove_stale_partials(self.root)
         final = write_directory_atomically(self.root / f"step_{step}", write)
         for old in self.steps()[: -self.keep]:
             shutil.rmtree(self.root / f"step_{old}", ignore_errors=True)
         return final
-
-    def _remove_partial(self) -> None:
-        for p in self.root.iterdir():
-            if p.is_dir() and ".tmp-" in p.name:
-                shutil.rmtree(p, ignore_errors=True)
 
 
 def remove_stale_partials(directory: Path) -> list[Path]:

@@ -27,7 +27,7 @@ from aloft.algorithms import (
     logprobs_from_logits,
 )
 from aloft.models import load_model
-from aloft.models.device import autocast, free_cached_memory
+from aloft.models.device import autocast
 from aloft.training.batch import TrainBatch
 from aloft.training.forward import enable_gradient_checkpointing, token_logits
 from aloft.training.lora import adapters_from_state, lora_scale, merged_state, with_lora
@@ -93,17 +93,16 @@ class _Trainable:
 
     def move_to(self, device: str | torch.device) -> None:
         """Parameters, gradients and optimizer state to ``device`` (offload between phases: to
-        "cpu" frees the GPU memory they held, back to ``self.device`` before the next update).
+        "cpu" frees the GPU memory they held, back to ``self.device`` before the next update; the
+        caller releases the allocator's cache once everything has moved, ``Learner.move_to``).
         A no-op under a strategy that keeps them in CPU memory itself (FSDP2's CPU offload)."""
         if self.strategy.places_parameters:
             return
-        source = next(self.model.parameters()).device
         self.model.to(device)
         for state in self.optimizer.state.values():
             for key, value in state.items():
                 if torch.is_tensor(value) and value.dim() > 0:  # AdamW's step counter stays where it is
                     state[key] = value.to(device)
-        free_cached_memory(source)
 
 
 class PolicyWorker(_Trainable):

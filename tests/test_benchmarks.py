@@ -388,3 +388,16 @@ def test_limits_counts_a_batchs_useful_flops_by_hand(tiny_model_dir):
     assert bounds["bandwidth_bound_tok_per_s"] == pytest.approx(4 / ((weights + kv) / 1e9))
     step_flops = 2 * (shape.body_params + v * d) * 4 + per_key * 4 * 10
     assert bounds["compute_bound_tok_per_s"] == pytest.approx(4 / (step_flops / 1e10))
+
+
+def test_agent_episodes_runs(tmp_path, capsys):
+    bench = load_benchmark("agent_episodes")
+    out = tmp_path / "agents.json"
+    bench.main(["--model", "tiny", "--prompts", "2", "--samples", "2", "--max-new-tokens", "8", "--json", str(out)])
+    figures = json.loads(out.read_text())
+    assert [r["mode"] for r in figures["results"]] == ["in-process", "agent, stdlib relay", "agent, openai SDK"]
+    for result in figures["results"]:
+        assert result["episodes"] == 4 and result["failed"] == 0, result
+        assert math.isfinite(result["ratio"]) and result["ratio"] > 0
+    assert 0 <= figures["results"][1]["same_tokens"] <= 4  # equality itself: tests/rollout/test_agent_env.py
+    assert "vs in-process" in capsys.readouterr().out

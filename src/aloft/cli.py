@@ -205,6 +205,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     srv.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY (all but /health)")
     srv.add_argument("--backend", default="hf", help="inference engine to serve (default: hf)")
     srv.add_argument("--served-model-name", default=None, help="model id in /v1/models (default: MODEL)")
+    srv.add_argument(
+        "--capture",
+        default=None,
+        metavar="DIR",
+        help="record each session's exact prompt and sampled token ids to DIR/<session>.jsonl",
+    )
     tinker = sub.add_parser(
         "tinker-serve", help="the Tinker API over aloft: aloft tinker-serve --model MODEL"
     )
@@ -350,7 +356,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     try:
-        from aloft.inference.server import serve
+        from aloft.inference.serving import serve
     except ImportError as error:
         print(
             f"aloft: serve needs fastapi and uvicorn (pip install 'aloft[serve]'): {error}", file=sys.stderr
@@ -366,6 +372,7 @@ def _serve(args: argparse.Namespace) -> int:
         api_key=args.api_key,
         backend=args.backend,
         served_model_name=args.served_model_name or args.model,
+        capture_dir=args.capture,
     )
     return 0
 

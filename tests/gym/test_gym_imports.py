@@ -18,7 +18,7 @@ def test_import_aloft_gym_does_not_import_torch_or_the_env_modules():
         "print('torch' in sys.modules, 'transformers' in sys.modules, "
         "[m for m in sys.modules if m.startswith('aloft.gym.envs.') or m.startswith('aloft.gym.tools')], "
         "'math_verify' in sys.modules or 'skyrl_gym' in sys.modules, "
-        "aloft.gym.registered() == sorted([*aloft.gym.envs.BUILTIN_ENVS, "
+        "aloft.gym.registered() == sorted([*aloft.gym.envs.BUILTIN_ENVS, 'agent', "
         "*('skyrl/' + i for i in aloft.gym.adapters.skyrl.SKYRL_BUILTIN_ENV_IDS)]))"
     )
     result = subprocess.run(

@@ -20,6 +20,7 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoTokenizer
 
 from aloft.inference import InferenceEngine, make_engine, registered_engines
+from aloft.inference.capture import load_sessions
 from aloft.inference.hf import HFEngine
 from aloft.inference.remote import RemoteEngine, RemoteEngineError
 from aloft.inference.scripted import ScriptedEngine
@@ -267,12 +268,13 @@ def test_sticky_sessions_over_two_servers(tokenizer):
         engine.close()
 
 
-def test_aloft_serve_cli_end_to_end(tiny_model_dir, prompt, local):
+def test_aloft_serve_cli_end_to_end(tiny_model_dir, prompt, local, tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     process = subprocess.Popen(
-        [sys.executable, "-m", "aloft.cli", "serve", tiny_model_dir, "--port", str(port), "--api-key", KEY],
+        [sys.executable, "-m", "aloft.cli", "serve", tiny_model_dir, "--port", str(port), "--api-key", KEY]
+        + ["--capture", str(tmp_path / "capture")],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -295,6 +297,13 @@ def test_aloft_serve_cli_end_to_end(tiny_model_dir, prompt, local):
         assert max(abs(a - b) for a, b in zip(c.logprobs, ref.logprobs)) <= 1e-4
         assert engine.model == tiny_model_dir  # the served model name defaults to MODEL
         engine.close()
+        # --capture DIR: a session's requests land in DIR/<session>.jsonl with the sampled ids.
+        body = {"prompt": prompt, "max_tokens": 5, "logprobs": 1}
+        headers = {"Authorization": f"Bearer {KEY}"}
+        out = httpx.post(f"{url}/sessions/cli-1/v1/completions", json=body, headers=headers).json()
+        (call,) = load_sessions(tmp_path / "capture")["cli-1"]
+        assert call.token_ids == out["choices"][0]["token_ids"] and call.prompt_ids == prompt
+        assert call.logprobs == out["choices"][0]["logprobs"]["token_logprobs"]
     finally:
         process.terminate()
         process.wait(timeout=20)

@@ -124,6 +124,8 @@ def test_every_algorithm_trains(tiny_overrides, overrides):
     for key in ("reward/mean", "policy/loss", "policy/grad_norm", "timing/step_s", "throughput/tokens_per_s"):
         assert math.isfinite(final[key]), key
     assert final["mask/env_token_share"] == 0.0
+    if "algorithm.dynamic_sampling=true" in overrides:  # every sample drawn, not just the kept groups
+        assert math.isfinite(final["sampling/drawn_reward_mean"])
     unchanged = [
         n
         for n, p in trainer.c.policy.model.named_parameters()

@@ -24,6 +24,11 @@ def check_consistency(cfg: AloftConfig) -> None:
             f"algorithm.geo_mask_low={algo.geo_mask_low} is above algorithm.geo_mask_high="
             f"{algo.geo_mask_high}; set geo_mask_low <= 1 <= geo_mask_high"
         )
+    if cfg.env.name == "agent" and trainer.deterministic:
+        raise ValueError(
+            "env=agent cannot run with trainer.deterministic=true: its programs send requests when they "
+            "choose, so the engine's batches cannot repeat in lockstep; set trainer.deterministic=false"
+        )
     if cfg.engine.backend == "remote" and not cfg.engine.urls:
         raise ValueError(
             "engine.backend=remote needs engine.urls=[http://127.0.0.1:8000] (start one with `aloft serve MODEL`)"

@@ -25,6 +25,8 @@ __all__ = [
 
 for _env_id, _entry_point in BUILTIN_ENVS.items():
     register(_env_id, _entry_point)
+# Played by an external program through a capturing endpoint, not step by step (aloft.gym.agent).
+register("agent", "aloft.gym.agent:ProgramAgentEnv")
 
 # skyrl-gym's envs run unchanged as `skyrl/<id>` (lazy: skyrl_gym is imported by the first make).
 from aloft.gym.adapters.skyrl import SKYRL_BUILTIN_ENV_IDS, register_skyrl_envs  # noqa: E402

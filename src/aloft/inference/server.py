@@ -62,9 +62,11 @@ import uvicorn
 from fastapi import Depends, FastAPI, Header, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from aloft.inference.base import InferenceEngine
+from aloft.inference.capture import CaptureStore, reply_key
+from aloft.inference.chat_messages import prepare_messages
 from aloft.inference.openai_format import (
     chat_logprobs,
     choice_text,
@@ -77,7 +79,7 @@ from aloft.inference.openai_format import (
 )
 from aloft.types import Completion, GenerationRequest, SamplingParams
 
-__all__ = ["ServerThread", "build_app", "serve"]
+__all__ = ["ServerThread", "build_app"]
 
 
 class _Sampling(BaseModel):
@@ -117,6 +119,10 @@ class ChatBody(_Sampling):
     max_completion_tokens: int | None = None
 
 
+class RewardBody(BaseModel):
+    reward: float = Field(allow_inf_nan=False)
+
+
 class UpdateWeightsBody(BaseModel):
     path: str
     version: int
@@ -136,10 +142,17 @@ def build_app(
     *,
     model_name: str = "aloft",
     api_key: str | None = None,
+    capture: CaptureStore | None = None,
+    control: bool = True,
+    governed_only: bool = False,
 ) -> FastAPI:
-    """The FastAPI app serving ``engine`` (token ids decoded / chat templated with ``tokenizer``)."""
+    """The FastAPI app serving ``engine`` (token ids decoded / chat templated with ``tokenizer``).
+    With ``capture``, every request of a session is recorded (``aloft.inference.capture``). The
+    server ``env=agent`` gives its programs has no ``/control`` routes (``control=False``) and serves
+    only the sessions the run opened (``governed_only``)."""
     app = FastAPI(title="aloft serve", version="1")
     app.state.engine = engine
+    app.state.capture = capture
     app.state.stats = stats = ServerStats()
     state = {"paused": False}
 
@@ -171,24 +184,33 @@ def build_app(
     async def health() -> dict[str, Any]:
         return {"status": "ok", "version": engine.version, "paused": state["paused"]}
 
-    @app.get("/v1/models", dependencies=auth)
     async def models() -> dict[str, Any]:
         return {
             "object": "list",
             "data": [{"id": model_name, "object": "model", "created": 0, "owned_by": "aloft"}],
         }
 
-    @app.post("/v1/completions", dependencies=auth)
-    async def completions(
-        body: CompletionBody, x_session_id: str | None = Header(default=None)
-    ) -> dict[str, Any]:
+    def record(
+        session: str | None,
+        endpoint: str,
+        result: tuple[Completion, list[int]],
+        text: str,
+        key: str | None = None,
+    ) -> None:
+        if capture is not None and session is not None:
+            completion, prompt = result
+            raw = tokenizer.decode(completion.token_ids, skip_special_tokens=True)
+            capture.record(session, endpoint, prompt, completion, text, raw, key)
+
+    async def completions(body: CompletionBody, session: str | None) -> Any:
         stats.completions += 1
         _check_response_format(body)
         prompts = _prompt_ids(body.prompt, tokenizer)
-        results = await _generate(engine, prompts, body, body.max_tokens, x_session_id)
+        results = await _generate(engine, prompts, body, body.max_tokens, session, capture, governed_only)
         choices, texts = [], []
         for index, (completion, _) in enumerate(results):
             text = choice_text(completion, tokenizer, body.stops(), body.include_stop_str_in_output)
+            record(_sample_session(session, len(results), index), "completions", results[index], text)
             choice: dict[str, Any] = {
                 "index": index,
                 "text": text,
@@ -208,24 +230,23 @@ def build_app(
             return _stream("text_completion", choices, texts, results, body)
         return response("text_completion", choices, prompts, results, model_name, engine.version)
 
-    @app.post("/v1/chat/completions", dependencies=auth)
-    async def chat_completions(
-        body: ChatBody, x_session_id: str | None = Header(default=None)
-    ) -> dict[str, Any]:
+    async def chat_completions(body: ChatBody, session: str | None) -> Any:
         stats.chat_completions += 1
         _check_response_format(body)
+        restore = (lambda key: capture.raw_reply(session, key)) if capture is not None else (lambda key: None)
+        messages, tools = prepare_messages(body.messages, body.tools, tokenizer, restore)
         kwargs: dict[str, Any] = {"add_generation_prompt": True, "tokenize": True}
-        if body.tools:
-            kwargs["tools"] = body.tools
+        if tools:
+            kwargs["tools"] = tools
         try:
-            ids = tokenizer.apply_chat_template(body.messages, **kwargs)
+            ids = tokenizer.apply_chat_template(messages, **kwargs)
         except Exception as error:  # a template that rejects the messages is the caller's error
             raise HTTPException(status_code=400, detail=f"chat template failed: {error}") from error
         if isinstance(ids, dict) or hasattr(ids, "keys"):
             ids = ids["input_ids"]
         prompts = [list(ids)]
         max_tokens = body.max_completion_tokens or body.max_tokens or _room_left(engine, len(ids))
-        results = await _generate(engine, prompts, body, max_tokens, x_session_id)
+        results = await _generate(engine, prompts, body, max_tokens, session, capture, governed_only)
         parse_tools = bool(body.tools) and body.tool_choice != "none"
         choices, texts = [], []
         for index, (completion, _) in enumerate(results):
@@ -243,6 +264,8 @@ def build_app(
                 "logprobs": chat_logprobs(completion, tokenizer) if body.logprobs else None,
             }
             choices.append(choice)
+            key = reply_key(content, calls)
+            record(_sample_session(session, len(results), index), "chat", results[index], content or "", key)
             if body.stream:
                 pieces = text_pieces(completion.token_ids, tokenizer, text) if not calls else [content or ""]
                 texts.append([piece for piece in pieces if piece])
@@ -261,6 +284,43 @@ def build_app(
         events = stream_events(kind, model_name, choices, texts, results, include_usage)
         return StreamingResponse(events, media_type="text/event-stream")
 
+    def session_of(
+        request: Request, header: str | None = Header(default=None, alias="x-session-id")
+    ) -> str | None:
+        return request.path_params.get("session") or header
+
+    # Each endpoint under /v1 (session from the X-Session-Id header) and under /sessions/<id>/v1,
+    # a base URL that carries the session for harnesses that cannot add a header.
+    @app.get("/v1/models", dependencies=auth)
+    @app.get("/sessions/{session}/v1/models", dependencies=auth)
+    async def _models() -> dict[str, Any]:
+        return await models()
+
+    @app.post("/v1/completions", dependencies=auth)
+    @app.post("/sessions/{session}/v1/completions", dependencies=auth)
+    async def _completions(body: CompletionBody, session_id: str | None = Depends(session_of)) -> Any:
+        return await completions(body, session_id)
+
+    @app.post("/v1/chat/completions", dependencies=auth)
+    @app.post("/sessions/{session}/v1/chat/completions", dependencies=auth)
+    async def _chat(body: ChatBody, session_id: str | None = Depends(session_of)) -> Any:
+        return await chat_completions(body, session_id)
+
+    @app.post("/sessions/{session}/reward", dependencies=auth)
+    async def post_reward(body: RewardBody, session: str) -> dict[str, Any]:
+        if capture is None:
+            raise HTTPException(
+                status_code=404, detail="this server captures no sessions (aloft serve --capture DIR)"
+            )
+        capture.post_reward(session, body.reward)
+        return {"status": "ok", "session": session, "reward": body.reward}
+
+    if control:
+        _control_routes(app, engine, auth, state)
+    return app
+
+
+def _control_routes(app: FastAPI, engine: InferenceEngine, auth: list[Any], state: dict[str, Any]) -> None:
     @app.post("/control/update_weights", dependencies=auth)
     async def update_weights(body: UpdateWeightsBody) -> dict[str, Any]:
         try:
@@ -291,8 +351,6 @@ def build_app(
         await engine.wake_up()
         return {"status": "ok"}
 
-    return app
-
 
 def _prompt_ids(prompt: Any, tokenizer: Any) -> list[list[int]]:
     if isinstance(prompt, str):
@@ -310,18 +368,37 @@ def _prompt_ids(prompt: Any, tokenizer: Any) -> list[list[int]]:
     return out
 
 
+def _sample_session(session_id: str | None, count: int, index: int) -> str | None:
+    """Each of a request's ``count`` samples (prompts x n) is its own session (``<session>/<index>``)."""
+    return None if session_id is None else (session_id if count == 1 else f"{session_id}/{index}")
+
+
 async def _generate(
     engine: InferenceEngine,
     prompts: list[list[int]],
     body: _Sampling,
     max_tokens: int | None,
     session_id: str | None = None,
+    capture: CaptureStore | None = None,
+    governed_only: bool = False,
 ) -> list[tuple[Completion, list[int]]]:
     """``session_id``: the caller's ``X-Session-Id`` (aloft's remote engine sends one per trajectory), so an
-    engine may keep a trajectory's KV cache for its next turn; each of ``n`` samples is its own session."""
+    engine may keep a trajectory's KV cache for its next turn; each of ``n`` samples is its own session.
+    A training session of ``capture`` gets the run's sampling and budgets instead of the request's."""
     stop = body.stops()
     if body.n < 1:
         raise HTTPException(status_code=400, detail=f"n must be >= 1, got {body.n}")
+    governed = capture is not None and capture.is_governed(session_id)
+    if governed_only and not governed:
+        raise HTTPException(
+            status_code=403,
+            detail="this endpoint serves its run's agent sessions only: use OPENAI_BASE_URL as given",
+        )
+    if governed and (body.n != 1 or len(prompts) != 1):
+        raise HTTPException(
+            status_code=400,
+            detail="a training session takes one prompt and n=1 a request (each call is one turn)",
+        )
     requests = []
     try:
         for prompt in prompts:
@@ -335,7 +412,9 @@ async def _generate(
                     stop_token_ids=list(body.stop_token_ids or []),
                     seed=None if body.seed is None else body.seed + i,
                 )
-                session = None if session_id is None else (session_id if body.n == 1 else f"{session_id}/{i}")
+                session = _sample_session(session_id, len(prompts) * body.n, len(requests))
+                if governed:
+                    sampling = capture.sampling_for(session, sampling, len(prompt))
                 requests.append(GenerationRequest(prompt_ids=prompt, sampling=sampling, session_id=session))
         completions = await engine.generate(requests)
     except ValueError as error:
@@ -402,27 +481,3 @@ class ServerThread:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def serve(
-    model: str,
-    *,
-    host: str = "127.0.0.1",
-    port: int = 8000,
-    dtype: str = "float32",
-    api_key: str | None = None,
-    backend: str = "hf",
-    served_model_name: str | None = None,
-    **engine_kwargs: Any,
-) -> None:
-    """Load ``model`` into a ``backend`` engine and serve it until interrupted (``aloft serve``)."""
-    from aloft.inference.base import make_engine
-    from aloft.models.loading import load_tokenizer
-
-    tokenizer = load_tokenizer(model)
-    engine = make_engine(backend, model_or_path=model, tokenizer=tokenizer, dtype=dtype, **engine_kwargs)
-    app = build_app(engine, tokenizer, model_name=served_model_name or model, api_key=api_key)
-    try:
-        uvicorn.run(app, host=host, port=port, log_level="info")
-    finally:
-        engine.close()

@@ -16,6 +16,10 @@ the engine batches their requests; env calls run in threads so a slow tool never
 An env or engine call that raises ends that trajectory with status ``env_error`` (``info["error"]``
 and ``info["error_source"]``: ``"env"`` or ``"engine"``), never the run; the trainer leaves such
 trajectories out of the loss and stops the run when too many fail (``trainer.max_error_share``).
+
+An env that is an ``AgentEnv`` (``env=agent``) is played by an external program instead of the loop
+above: it calls a capturing OpenAI-compatible server on this engine, and its session becomes the
+trajectory, or one per fork (``aloft.rollout.agents``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +35,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 from aloft.gym import Env, make
+from aloft.gym.agent import AgentEnv
 from aloft.inference.base import InferenceEngine
+from aloft.rollout.agents import AgentSessions
 from aloft.seeds import mix_seed
 from aloft.types import (
     Completion,
@@ -185,6 +192,7 @@ class Generator:
         the batches themselves repeat, for bit-exact reruns.
         """
         submit = _Lockstep(self.engine, len(rows) * n) if self.lockstep else None
+        agents = AgentSessions(self.engine, self.tokenizer)  # its server starts with the first agent episode
         tasks = []
         for i, row in enumerate(rows):
             for j in range(n):
@@ -195,14 +203,18 @@ class Generator:
                     seed=mix_seed(seed, i, j),
                     submit=submit,
                     index=i * n + j,
+                    agents=agents,
                 )
                 tasks.append(episode if submit is None else submit.leave_when_done(episode))
-        trajectories = await asyncio.gather(*tasks)
+        try:
+            episodes = await asyncio.gather(*tasks)
+        finally:
+            await agents.stop()
         groups = []
         for i in range(len(rows)):
-            groups.append(
-                TrajectoryGroup(group_id=f"{group_prefix}{i}", trajectories=trajectories[i * n : (i + 1) * n])
-            )
+            # An agent session that forked is several trajectories (aloft.inference.capture).
+            pieces = [t for episode in episodes[i * n : (i + 1) * n] for t in episode]
+            groups.append(TrajectoryGroup(group_id=f"{group_prefix}{i}", trajectories=pieces))
         return groups
 
     async def _run_episode(
@@ -213,7 +225,8 @@ class Generator:
         seed: int,
         submit: _Lockstep | None = None,
         index: int = 0,
-    ) -> Trajectory:
+        agents: AgentSessions | None = None,
+    ) -> list[Trajectory]:
         env_class = row.env_class or self.default_env
         if env_class is None:
             raise ValueError(f"row {row.index} has no env_class and no default env: set env.name=ENV_ID")
@@ -233,6 +246,7 @@ class Generator:
         turns = 0
         env: Env | None = None
         failing = "env"  # which side an exception comes from: "env" or "engine"
+        played: list[Trajectory] = []
         try:
             env = await self._in_env_thread(
                 self.env_factory,
@@ -242,61 +256,78 @@ class Generator:
             )
             messages, _ = await self._in_env_thread(env.reset, list(row.prompt))
             prompt_ids = self.chat.prompt_ids(messages)
-            for turn in range(self.limits.max_turns):
-                budget = self.limits.max_total_tokens - len(completion_ids)
-                if budget <= 0:
-                    status = RolloutStatus.LENGTH
-                    break
-                request = GenerationRequest(
-                    prompt_ids=prompt_ids + completion_ids,
-                    sampling=replace(
-                        sampling, max_tokens=min(sampling.max_tokens, budget), seed=mix_seed(seed, turn)
-                    ),
-                    session_id=f"{group_id}/{seed}",
+            if isinstance(env, AgentEnv):  # an external program plays the episode (env=agent)
+                if submit is not None or agents is None:
+                    raise ValueError("env agent cannot run in lockstep: set trainer.deterministic=false")
+                played = await agents.run(
+                    env,
+                    messages,
+                    group_id=group_id,
+                    session=f"{group_id}.{index}.{secrets.token_hex(8)}",  # not guessable by another episode
+                    sampling=sampling,
+                    seed=seed,
+                    max_turns=self.limits.max_turns,
+                    max_total_tokens=self.limits.max_total_tokens,
+                    in_thread=self._in_env_thread,
                 )
-                failing = "engine"
-                if submit is not None:
-                    completion = await submit.generate(index, request)
-                else:
-                    (completion,) = await self.engine.generate([request])
-                failing = "env"
-                if turn == 0:
-                    policy_version = completion.policy_version
-                # Weights may change between turns (in-flight updates): each turn is a segment.
-                segments.append([len(completion_ids), len(completion_ids) + len(completion.token_ids)])
-                segment_versions.append(completion.policy_version)
-                turns += 1
-                completion_ids += completion.token_ids
-                loss_mask += [1] * len(completion.token_ids)
-                logprobs += completion.logprobs
-                rewards += [0.0] * len(completion.token_ids)
-                if completion.finish_reason == "abort":
-                    status = RolloutStatus.ABORTED
-                    break
-                text = completion.text or self.tokenizer.decode(
-                    completion.token_ids, skip_special_tokens=True
-                )
-                t_env = time.perf_counter()
-                out = await self._in_env_thread(env.step, text)
-                env_seconds += time.perf_counter() - t_env
-                if rewards:
-                    rewards[-1] += float(out.reward)
-                if out.done:
-                    status = (
-                        RolloutStatus.STOP if completion.finish_reason == "stop" else RolloutStatus.LENGTH
-                    )
-                    break
-                if out.info.get("tool_timeout"):
-                    status = RolloutStatus.TOOL_TIMEOUT
-                obs_ids = self.chat.observation_ids(out.observations, completion.token_ids)
-                start = len(completion_ids)
-                completion_ids += obs_ids
-                loss_mask += [0] * len(obs_ids)
-                logprobs += [0.0] * len(obs_ids)
-                rewards += [0.0] * len(obs_ids)
-                observation_spans.append([start, len(completion_ids)])
+                turns = sum(t.info["turns"] for t in played)
+                status = played[-1].status
             else:
-                status = RolloutStatus.LENGTH  # turn limit reached without the env saying done
+                for turn in range(self.limits.max_turns):
+                    budget = self.limits.max_total_tokens - len(completion_ids)
+                    if budget <= 0:
+                        status = RolloutStatus.LENGTH
+                        break
+                    request = GenerationRequest(
+                        prompt_ids=prompt_ids + completion_ids,
+                        sampling=replace(
+                            sampling, max_tokens=min(sampling.max_tokens, budget), seed=mix_seed(seed, turn)
+                        ),
+                        session_id=f"{group_id}/{seed}",
+                    )
+                    failing = "engine"
+                    if submit is not None:
+                        completion = await submit.generate(index, request)
+                    else:
+                        (completion,) = await self.engine.generate([request])
+                    failing = "env"
+                    if turn == 0:
+                        policy_version = completion.policy_version
+                    # Weights may change between turns (in-flight updates): each turn is a segment.
+                    segments.append([len(completion_ids), len(completion_ids) + len(completion.token_ids)])
+                    segment_versions.append(completion.policy_version)
+                    turns += 1
+                    completion_ids += completion.token_ids
+                    loss_mask += [1] * len(completion.token_ids)
+                    logprobs += completion.logprobs
+                    rewards += [0.0] * len(completion.token_ids)
+                    if completion.finish_reason == "abort":
+                        status = RolloutStatus.ABORTED
+                        break
+                    text = completion.text or self.tokenizer.decode(
+                        completion.token_ids, skip_special_tokens=True
+                    )
+                    t_env = time.perf_counter()
+                    out = await self._in_env_thread(env.step, text)
+                    env_seconds += time.perf_counter() - t_env
+                    if rewards:
+                        rewards[-1] += float(out.reward)
+                    if out.done:
+                        status = (
+                            RolloutStatus.STOP if completion.finish_reason == "stop" else RolloutStatus.LENGTH
+                        )
+                        break
+                    if out.info.get("tool_timeout"):
+                        status = RolloutStatus.TOOL_TIMEOUT
+                    obs_ids = self.chat.observation_ids(out.observations, completion.token_ids)
+                    start = len(completion_ids)
+                    completion_ids += obs_ids
+                    loss_mask += [0] * len(obs_ids)
+                    logprobs += [0.0] * len(obs_ids)
+                    rewards += [0.0] * len(obs_ids)
+                    observation_spans.append([start, len(completion_ids)])
+                else:
+                    status = RolloutStatus.LENGTH  # turn limit reached without the env saying done
         except Exception as exc:  # fails this trajectory, not the run; the trainer never trains on it
             logger.warning("%s failed on row %s (env %s): %r", failing, row.index, env_class, exc)
             status = RolloutStatus.ENV_ERROR
@@ -323,18 +354,25 @@ class Generator:
         if error:
             info["error"] = error
             info["error_source"] = failing
-        return Trajectory(
-            prompt_ids=prompt_ids,
-            completion_ids=completion_ids,
-            loss_mask=loss_mask,
-            sampler_logprobs=logprobs,
-            rewards=rewards,
-            status=status,
-            group_id=group_id,
-            policy_version=policy_version,
-            metrics=metrics,
-            info=info,
-        )
+        elif played:
+            for piece in played:
+                piece.metrics = {**metrics, "forks": float(piece.info["forks"])}
+                piece.info = {**info, **piece.info}
+            return played
+        return [
+            Trajectory(
+                prompt_ids=prompt_ids,
+                completion_ids=completion_ids,
+                loss_mask=loss_mask,
+                sampler_logprobs=logprobs,
+                rewards=rewards,
+                status=status,
+                group_id=group_id,
+                policy_version=policy_version,
+                metrics=metrics,
+                info=info,
+            )
+        ]
 
 
 class _Lockstep:

@@ -35,6 +35,7 @@ from aloft.models.compat import plain_causal_attention
 from aloft.models.compute_thread import on_compute_thread
 from aloft.models.device import free_cached_memory, resolve_device, use_device
 from aloft.seeds import mix_seed
+from aloft.trainer.sessions import SESSION_ESTIMATORS, session_leads, shared_session_advantages
 from aloft.trainer.step_metrics import env_token_share, sampler_logprob_diff
 from aloft.training import CriticWorker, OptimSettings, PolicyWorker, ReferenceWorker, TrainBatch, collate
 from aloft.training.strategies import FSDP2, DeepSpeedZeRO, Strategy
@@ -97,6 +98,11 @@ class Learner:
                 )
         estimator = get_advantage_estimator(algo.advantage)
         advantages, returns = estimator(rewards, batch.loss_mask, batch.group_ids, values, algo)
+        leads = session_leads(trajectories) if algo.advantage in SESSION_ESTIMATORS else None
+        if leads is not None:  # forked agent sessions weigh one sample each (aloft.trainer.sessions)
+            advantages = shared_session_advantages(
+                estimator, rewards, batch.loss_mask, batch.group_ids, algo, leads
+            )
         if correct:  # samples from an older policy: importance-weight their advantages
             assert old_logprobs is not None
             weights, correction_metrics = off_policy_weights(

@@ -103,6 +103,8 @@ class Trainer:
         count = sum(len(g.trajectories) for g in generated)
         stats: dict[str, float] = {}
         if algo.dynamic_sampling:
+            # reward/mean covers the groups kept for training; this covers every sample drawn.
+            drawn = [r for g in groups for r in g.rewards]
             kept, dropped = drop_zero_variance_groups(groups)
             rounds = 1
             while len(kept) < want and rounds < algo.max_sampling_rounds:
@@ -110,6 +112,7 @@ class Trainer:
                 more_generated = await self._generate(more_rows, step, rounds)
                 more_groups, more_failed = drop_failed_trajectories(more_generated)
                 more, more_dropped = drop_zero_variance_groups(more_groups)
+                drawn += [r for g in more_groups for r in g.rewards]
                 kept += more
                 failed += more_failed
                 count += sum(len(g.trajectories) for g in more_generated)
@@ -118,6 +121,8 @@ class Trainer:
                 rounds += 1
             groups = kept[:want] if kept else groups  # never train on nothing: fall back to the raw batch
             stats = {"sampling/dropped_groups": float(dropped), "sampling/rounds": float(rounds)}
+            if drawn:
+                stats["sampling/drawn_reward_mean"] = sum(drawn) / len(drawn)
         self.check_failures(step, groups, failed, count)
         return Batch(rows, self.share_groups(self.shape_rewards(groups)), stats, failed)
 

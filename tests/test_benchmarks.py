@@ -393,9 +393,15 @@ def test_limits_counts_a_batchs_useful_flops_by_hand(tiny_model_dir):
 def test_agent_episodes_runs(tmp_path, capsys):
     bench = load_benchmark("agent_episodes")
     out = tmp_path / "agents.json"
-    bench.main(["--model", "tiny", "--prompts", "2", "--samples", "2", "--max-new-tokens", "8", "--json", str(out)])
+    bench.main(
+        ["--model", "tiny", "--prompts", "2", "--samples", "2", "--max-new-tokens", "8", "--json", str(out)]
+    )
     figures = json.loads(out.read_text())
-    assert [r["mode"] for r in figures["results"]] == ["in-process", "agent, stdlib relay", "agent, openai SDK"]
+    assert [r["mode"] for r in figures["results"]] == [
+        "in-process",
+        "agent, stdlib relay",
+        "agent, openai SDK",
+    ]
     for result in figures["results"]:
         assert result["episodes"] == 4 and result["failed"] == 0, result
         assert math.isfinite(result["ratio"]) and result["ratio"] > 0

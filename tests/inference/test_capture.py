@@ -195,7 +195,9 @@ def test_rewards_posted_for_a_session_and_unknown_capture_are_errors(tokenizer):
         assert posted.status_code == 200
         for wrong in ("lots", float("nan")):
             bad = httpx.post(
-                f"{server.url}/sessions/s/reward", content=json.dumps({"reward": wrong}), headers=headers
+                f"{server.url}/sessions/s/reward",
+                content=json.dumps({"reward": wrong}),
+                headers={**headers, "Content-Type": "application/json"},
             )
             assert bad.status_code == 400 and "reward" in bad.json()["error"]["message"]
     assert store.close("s")[2] == 0.75

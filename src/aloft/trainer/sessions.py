@@ -6,6 +6,10 @@ group's mean and std. Under the group estimators below a session is one sample: 
 on one piece per session (its last), and the session's other pieces get that piece's advantage on
 their own policy tokens. Other estimators (gae, reinforce++) are token-level and see every piece as
 its own sequence.
+
+What is per piece stays per piece: with ``algorithm.kl_penalty=reward`` the session's score is its
+last piece's (its KL penalty included, the earlier pieces' not), and eval's pass@k and the step's
+``reward/mean`` count pieces as samples (``env/forks`` says how many there were).
 """
 
 from __future__ import annotations

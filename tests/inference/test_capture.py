@@ -204,3 +204,13 @@ def test_rewards_posted_for_a_session_and_unknown_capture_are_errors(tokenizer):
     with ServerThread(build_app(engine, tokenizer, api_key=KEY)) as server:
         response = httpx.post(f"{server.url}/sessions/s/reward", json={"reward": 1}, headers=headers)
         assert response.status_code == 404 and "--capture" in response.json()["error"]["message"]
+
+
+def test_a_long_running_capture_forgets_its_oldest_sessions_but_never_a_runs_own(tokenizer):
+    store = CaptureStore(max_sessions=3)
+    store.open("episode", SessionPolicy(sampling=SamplingParams(), seed=0, max_turns=1, max_total_tokens=8))
+    for k in range(5):
+        store.post_reward(f"harness-{k}", float(k))
+    assert store.is_governed("episode")
+    remembered = {name for name in (f"harness-{k}" for k in range(5)) if store.close(name)[2] is not None}
+    assert remembered == {"harness-3", "harness-4"}

@@ -215,6 +215,31 @@ def test_a_child_left_behind_neither_holds_the_episode_nor_survives_it(tiny_mode
     assert alive.stdout.strip() == ""
 
 
+def test_a_cancelled_generate_ends_its_programs(tiny_model_dir, harness):
+    """A run stopped mid-step (the generate call cancelled) leaves no agent program running."""
+    import asyncio
+
+    tokenizer = load_tokenizer(tiny_model_dir)
+    engine = make_engine("scripted", tokenizer=tokenizer, replies=REPLIES)
+    config = {
+        "command": [sys.executable, harness],
+        "reward": "file",
+        "timeout_s": 120,
+        "env": {"MODE": "sleep"},
+    }
+    generator = Generator(engine, tokenizer, limits=EpisodeLimits(), default_env_config=config)
+
+    async def stopped_mid_step() -> None:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(generator.generate(rows(2), n=2, sampling=SamplingParams(), seed=0), 3)
+
+    asyncio.run(stopped_mid_step())
+    deadline = time.monotonic() + 10
+    while subprocess.run(["pgrep", "-f", harness], capture_output=True).returncode == 0:
+        assert time.monotonic() < deadline, "an agent program outlived its cancelled episode"
+        time.sleep(0.1)
+
+
 def test_a_rewritten_history_forks_the_session_into_two_trajectories(tiny_model_dir, harness):
     engine, _, groups = generate(tiny_model_dir, harness, n=2, env={"MODE": "rewrite,file"})
     for group in groups:

@@ -119,6 +119,7 @@ class ProgramAgentEnv(AgentEnv):
         self.timeout_s = float(self.config.get("timeout_s", 300))
         self._metrics: dict[str, float] = {}
         self._prompt: list[Message] = []
+        self._process: subprocess.Popen[bytes] | None = None
 
     def play(self, endpoint: AgentEndpoint, prompt: list[Message]) -> AgentRun:
         self._prompt = prompt
@@ -165,12 +166,14 @@ class ProgramAgentEnv(AgentEnv):
                     raise InfrastructureError(
                         f"agent program {self.command[0]!r} could not start: {error}"
                     ) from error
+                self._process = process
                 try:
                     exit_code = process.wait(timeout=self.timeout_s)
                 except subprocess.TimeoutExpired:
                     exit_code = None
                 finally:
                     _end_group(process)
+                    self._process = None
             stdout, stderr = (
                 (files / "stdout").read_text(errors="replace"),
                 (files / "stderr").read_text(errors="replace"),
@@ -221,6 +224,17 @@ class ProgramAgentEnv(AgentEnv):
 
     def metrics(self) -> dict[str, float]:
         return dict(self._metrics)
+
+    def close(self) -> None:
+        """Ends a program still running (the generator closes its envs when a ``generate`` call is
+        cancelled, e.g. a run stopped mid-step)."""
+        process = self._process
+        if process is not None:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        super().close()
 
 
 def _end_group(process: subprocess.Popen[bytes]) -> None:

@@ -118,12 +118,26 @@ class CaptureStore:
     (memory then holds, per session, the text of the replies it was returned). Each line holds the
     call's whole prompt: exact, at a cost that grows with the square of a session's turns."""
 
-    def __init__(self, directory: str | Path | None = None) -> None:
+    def __init__(self, directory: str | Path | None = None, max_sessions: int = 10_000) -> None:
+        """``max_sessions``: sessions remembered beyond the run's own (``SessionPolicy``) ones; the
+        oldest is forgotten first (a server that runs for days keeps a bounded memory)."""
+        self.max_sessions = max_sessions
         self.directory = Path(directory) if directory is not None else None
         if self.directory is not None:
             self.directory.mkdir(parents=True, exist_ok=True)
         self._sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()
+
+    def _session(self, session: str) -> _Session:
+        """``session``'s state, made if new; the caller holds the lock."""
+        state = self._sessions.get(session)
+        if state is None:
+            state = self._sessions[session] = _Session()
+            if len(self._sessions) > self.max_sessions:
+                oldest = next((key for key, old in self._sessions.items() if old.policy is None), None)
+                if oldest is not None and oldest != session:
+                    del self._sessions[oldest]
+        return state
 
     def open(self, session: str, policy: SessionPolicy | None = None) -> None:
         """Start ``session`` (training opens each episode's before its harness runs)."""
@@ -141,7 +155,7 @@ class CaptureStore:
         run's, with the turn's seed and a ``max_tokens`` within the budgets left. Raises
         ``CaptureRefused`` past the turn or token budget (the session is then truncated)."""
         with self._lock:
-            state = self._sessions.setdefault(session, _Session())
+            state = self._session(session)
             policy = state.policy
             if policy is None:
                 return requested
@@ -180,7 +194,7 @@ class CaptureStore:
         """Record one sampled completion; ``key`` (``reply_key`` of the message returned) lets a later
         request's copy of that message be rendered from ``raw_text``, exactly as sampled."""
         with self._lock:
-            state = self._sessions.setdefault(session, _Session())
+            state = self._session(session)
             call = CapturedCall(
                 session=session,
                 turn=len(state.calls),
@@ -212,7 +226,7 @@ class CaptureStore:
         if not math.isfinite(reward):
             raise ValueError(f"reward must be a finite number, got {reward}")
         with self._lock:
-            self._sessions.setdefault(session, _Session()).reward = float(reward)
+            self._session(session).reward = float(reward)
 
     def close(self, session: str) -> tuple[list[CapturedCall], bool, float | None]:
         """End ``session``: its calls, whether it was truncated, and the reward posted for it."""

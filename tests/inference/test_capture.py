@@ -78,7 +78,7 @@ def test_a_multi_turn_harness_is_captured_token_for_token(engine, tokenizer, tmp
         logprobs.append([entry.logprob for entry in last.logprobs.content])
     # `aloft serve --capture DIR` wrote each call as it happened, and holds none in memory.
     calls = load_sessions(tmp_path / "capture")["harness-1"]
-    assert len(calls) == 3 and store.close("harness-1") == ([], False, None)
+    assert [call.turn for call in calls] == [0, 1, 2] and store.close("harness-1") == ([], False, None)
     assert [call.token_ids for call in calls] == sampled
     (trajectory,) = session_trajectories(calls, group_id="g", reward=1.0)
     assert trajectory.info["forks"] == 0 and trajectory.info["turns"] == 3

@@ -100,6 +100,7 @@ class _Session:
     """Turns handed out (a turn is reserved when its request starts: concurrent requests and
     retries get their own seeds and count against the turn limit)."""
     sampled: int = 0
+    recorded: int = 0
 
 
 def reply_key(content: str | None, tool_calls: list[dict[str, Any]] | None) -> str:
@@ -169,7 +170,7 @@ class CaptureStore:
                 what = (
                     f"{policy.max_turns} turns"
                     if turn >= policy.max_turns
-                    else (f"{policy.max_total_tokens} tokens")
+                    else f"{policy.max_total_tokens} tokens"
                 )
                 raise CaptureRefused(f"session {session} has used its budget of {what} (generator limits)")
             state.turns += 1
@@ -197,7 +198,7 @@ class CaptureStore:
             state = self._session(session)
             call = CapturedCall(
                 session=session,
-                turn=len(state.calls),
+                turn=state.recorded,
                 endpoint=endpoint,
                 prompt_ids=list(prompt_ids),
                 token_ids=list(completion.token_ids),
@@ -206,9 +207,11 @@ class CaptureStore:
                 policy_version=completion.policy_version,
                 text=text,
             )
+            state.recorded += 1
             state.sampled += len(call.token_ids)
+            # With a directory, a harness's calls live on disk only; a run's own stay for close().
             if state.policy is not None or self.directory is None:
-                state.calls.append(call)  # on disk only, for `aloft serve --capture DIR`
+                state.calls.append(call)
             if key is not None:
                 state.replies[key] = raw_text
         if self.directory is not None:

@@ -171,7 +171,7 @@ def test_a_relaying_program_samples_exactly_what_the_in_process_episode_samples(
     """The same prompt through the program and the endpoint, or through the generator's own loop:
     the same prompt ids, tokens, logprobs and reward. Greedy: at temperature 1 the programs' requests,
     which reach the engine at other moments and so in other batches, can part from the in-process
-    ones where the sampler draws a near-tie between two very unlikely tokens (3 of 64 SmolLM2
+    ones where the sampler draws a near-tie between two very unlikely tokens (2-3 of 64 SmolLM2
     episodes in benchmarks/agent_episodes.py); the per-turn seeds are checked in test_capture.py."""
     tokenizer = load_tokenizer(tiny_model_dir)
     engine = make_engine("hf", model_or_path=tiny_model_dir, tokenizer=tokenizer, dtype="float32")

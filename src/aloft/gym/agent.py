@@ -37,6 +37,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from abc import abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,15 +84,15 @@ class AgentEnv(Env):
             "aloft's Generator (env=agent)"
         )
 
+    @abstractmethod
     def play(self, endpoint: AgentEndpoint, prompt: list[Message]) -> AgentRun:
         """Run one episode against ``endpoint``; blocking. Raises ``InfrastructureError`` when the
         episode could not be played."""
-        raise NotImplementedError
 
+    @abstractmethod
     def score(self, run: AgentRun, reply: str, posted: float | None, truncated: bool) -> float:
         """The episode's reward, from ``run`` (exit status, reward file), the last ``reply`` the
         policy gave, a ``posted`` reward; raises ``InfrastructureError`` when there is none."""
-        raise NotImplementedError
 
 
 class ProgramAgentEnv(AgentEnv):

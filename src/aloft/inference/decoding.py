@@ -20,6 +20,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.cache_utils import DynamicLayer
 
+from aloft.inference.decode_step import DecodeStep, decode_step_supported
 from aloft.inference.kv_cache import AppendableLayer
 from aloft.inference.prefix_cache import CachedHistory, CachedSegment, PrefixCache, longest_prefix
 from aloft.inference.sampling import sample_next_tokens
@@ -119,6 +120,11 @@ class BatchDecoder:
         self.shares_prefixes = getattr(model.config, "_attn_implementation", None) == SHARED_PREFIX_ATTENTION
         self.segments: SegmentBatch | None = None
         self.prefix_cache = prefix_cache if self.shares_prefixes else None
+        # Decode steps of Llama-family models in few torch ops (aloft.inference.decode_step); prefill
+        # and other models run the model's own forward.
+        self.decode_step = (
+            DecodeStep(model) if self.shares_prefixes and decode_step_supported(model) else None
+        )
         self.prefilled_tokens = 0
         """Prompt tokens run through the model (what prefix sharing and the prefix cache saved is not)."""
         self.attention_mask = torch.zeros((0, 0), dtype=torch.long)  # [B, W]
@@ -440,18 +446,23 @@ class BatchDecoder:
         ones = self.attention_mask.new_ones((len(self.rows), 1))
         self.attention_mask = torch.cat([self.attention_mask, ones], dim=1)
         shared = {} if self.segments is None else {"segments": self.segments.plan(self.model.dtype)}
-        self.logits = (
-            self.model(
-                input_ids=tokens[:, None].to(self.device),
-                attention_mask=self.attention_mask.to(self.device),
-                position_ids=self.next_positions[:, None].to(self.device),
-                **{self.cache_name: self.cache},
-                **self.forward_kwargs,
-                **shared,
+        if self.decode_step is not None:
+            self.logits = self.decode_step(
+                tokens, self.next_positions, self.cache, self.attention_mask, shared["segments"]
             )
-            .logits[:, -1, :]
-            .cpu()
-        )
+        else:
+            self.logits = (
+                self.model(
+                    input_ids=tokens[:, None].to(self.device),
+                    attention_mask=self.attention_mask.to(self.device),
+                    position_ids=self.next_positions[:, None].to(self.device),
+                    **{self.cache_name: self.cache},
+                    **self.forward_kwargs,
+                    **shared,
+                )
+                .logits[:, -1, :]
+                .cpu()
+            )
         self.next_positions = self.next_positions + 1
 
     def _completion(self, row: _Row) -> Completion:

@@ -264,6 +264,70 @@ def attention_with_lse(
     return (weights @ value.float()).to(query.dtype), lse
 
 
+def segment_attention(
+    folded: torch.Tensor, plan: SegmentPlan, layer: int, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's queries over its segment at ``layer``: ``([B, H_kv, Q, D], [B, H_kv, Q] float32 lse)``.
+
+    ``folded [B, H_kv, Q, D]``: a row's queries with grouped-query heads folded in (Q = groups x new
+    tokens). The queries of all rows on a segment are stacked into one batch entry of the attention
+    call (``[G', H_kv, R * Q, D]``, empty slots zero), so the segment's keys are read once for all.
+    """
+    rows, kv_heads, queries, dim = folded.shape
+    count, per_segment = plan.segments_read, plan.rows_per_segment
+    slots = folded.new_zeros((count * per_segment, kv_heads, queries, dim))
+    slots[plan.slots] = folded
+    stacked = (
+        slots.view(count, per_segment, kv_heads, queries, dim)
+        .transpose(1, 2)
+        .reshape(count, kv_heads, per_segment * queries, dim)
+    )
+    shared_keys, shared_values = plan.batch.plan_states(plan, layer)
+    # Identical rows share a segment, i.e. one batch entry of this call: the flash kernel is safe here.
+    out, lse = attention_with_lse(stacked, shared_keys, shared_values, plan.key_bias, scale, flash=True)
+    out = (
+        out.view(count, kv_heads, per_segment, queries, dim)
+        .transpose(1, 2)
+        .reshape(-1, kv_heads, queries, dim)[plan.slots]
+    )
+    lse = lse.reshape(count, kv_heads, per_segment, queries).transpose(1, 2).reshape(-1, kv_heads, queries)
+    return out, lse[plan.slots]
+
+
+def decode_attention(
+    query: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    private_bias: torch.Tensor,
+    plan: SegmentPlan,
+    layer: int,
+    scale: float,
+) -> torch.Tensor:
+    """Shared-prefix attention of one new token per row (a decode step), in few ops: ``[B, H, D]``.
+
+    ``query [B, H, D]`` (rotary applied), ``keys`` / ``values [B, H_kv, W, D]``: each row's own cache
+    including the new token, ``private_bias [B, 1, 1, W]`` float32, 0 over real columns and -inf over
+    padding. The segment part is ``segment_attention``'s; the segment then joins the softmax over the
+    row's own tokens as one more key whose logit is its log-sum-exp and whose value is its attention
+    output, which is the same merge as ``shared_prefix_attention``'s with three ops instead of ten
+    (the row's own newest token is never masked, so the largest logit is finite).
+    """
+    rows, heads, dim = query.shape
+    kv_heads = keys.shape[1]
+    folded = query.view(rows, kv_heads, heads // kv_heads, dim)  # grouped-query heads as extra queries
+    out_shared, lse_shared = segment_attention(folded, plan, layer, scale)
+    lse_shared = lse_shared[..., None]  # [B, H_kv, groups, 1]
+    scores = (
+        (folded.float() @ keys.float().transpose(-1, -2)).mul_(scale).add_(private_bias)
+    )  # [B, H_kv, g, W]
+    top = torch.maximum(scores.amax(dim=-1, keepdim=True), lse_shared)
+    weights = scores.sub_(top).exp_()
+    shared_weight = lse_shared.sub(top).exp_()
+    total = weights.sum(dim=-1, keepdim=True).add_(shared_weight)
+    out = (weights @ values.float()).add_(out_shared.float() * shared_weight).div_(total)
+    return out.to(query.dtype).view(rows, heads, dim)
+
+
 def shared_prefix_attention(
     module: nn.Module,
     query: torch.Tensor,
@@ -313,30 +377,7 @@ def shared_prefix_attention(
         if allowed.shape[2] > 1:
             private_bias = private_bias.repeat(1, 1, groups, 1)
     out_private, lse_private = attention_with_lse(folded, key, value, private_bias, scale)
-
-    count, per_segment = segments.segments_read, segments.rows_per_segment
-    slots = folded.new_zeros((count * per_segment, kv_heads, groups * new, dim))
-    slots[segments.slots] = folded
-    stacked = (
-        slots.view(count, per_segment, kv_heads, groups * new, dim)
-        .transpose(1, 2)
-        .reshape(count, kv_heads, per_segment * groups * new, dim)
-    )
-    shared_keys, shared_values = segments.batch.plan_states(segments, module.layer_idx)
-    # Identical rows share a segment, i.e. one batch entry of this call: the flash kernel is safe here.
-    out_shared, lse_shared = attention_with_lse(
-        stacked, shared_keys, shared_values, segments.key_bias, scale, flash=True
-    )
-    out_shared = (
-        out_shared.view(count, kv_heads, per_segment, groups * new, dim)
-        .transpose(1, 2)
-        .reshape(-1, kv_heads, groups * new, dim)[segments.slots]
-    )
-    lse_shared = (
-        lse_shared.view(count, kv_heads, per_segment, groups * new)
-        .transpose(1, 2)
-        .reshape(-1, kv_heads, groups * new)[segments.slots]
-    )
+    out_shared, lse_shared = segment_attention(folded, segments, module.layer_idx, scale)
 
     lse = torch.logaddexp(lse_private, lse_shared)
     out = (

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aloft.inference.sampling import apply_top_k, apply_top_p, sample_next_tokens
+from aloft.inference.sampling import _inverse_cdf, apply_top_k, apply_top_p, sample_next_tokens
 
 
 def _params(rows: int, temperature: float, top_k: int = 0, top_p: float = 1.0):
@@ -96,3 +97,33 @@ def test_a_rows_draws_do_not_depend_on_other_rows():
         together = sample_next_tokens(logits, temps, ks, ps, batch_generators)[0]
         alone = sample_next_tokens(logits[2:3], temps[:1], ks[:1], ps[:1], [alone_generator])[0]
         assert together[2] == alone[0]
+
+
+def _full_inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """One cumulative sum over the whole vocabulary (the sampler's definition, in float64)."""
+    cdf = probs.double().cumsum(dim=-1)
+    return torch.searchsorted(cdf, (uniforms.double() * cdf[:, -1])[:, None], right=True).squeeze(1)
+
+
+@pytest.mark.parametrize("vocab", [49_152, 151_936, 997, 1_536])
+def test_blockwise_inverse_cdf_picks_what_one_cumulative_sum_over_the_vocabulary_picks(vocab):
+    """SmolLM2's and Qwen's vocabularies (blocks of 512 and 256), a prime one (blocks of 1)."""
+    generator = torch.Generator().manual_seed(vocab)
+    probs = torch.softmax(torch.randn(8, vocab, generator=generator) * 4, dim=-1)
+    uniforms = torch.rand(8, 250, generator=generator)
+    picks = torch.stack([_inverse_cdf(probs, uniforms[:, i]) for i in range(250)], dim=1)
+    expected = torch.stack([_full_inverse_cdf(probs, uniforms[:, i]) for i in range(250)], dim=1)
+    # Equal but where a target falls within float32 rounding of a boundary (about 1e-7 of draws).
+    assert (picks == expected).float().mean() >= 0.999
+
+
+def test_blockwise_inverse_cdf_never_picks_a_zero():
+    """Most tokens zeroed (whole blocks of them, as top-k leaves), targets at both ends of [0, 1)."""
+    generator = torch.Generator().manual_seed(0)
+    probs = torch.rand(4, 49_152, generator=generator)
+    probs[probs < 0.9995] = 0.0  # ~25 tokens a row survive
+    probs[:, :512] = 0.0
+    uniforms = torch.tensor([0.0, 1e-9, 0.5, 1 - 2**-24])
+    for u in uniforms:
+        picks = _inverse_cdf(probs, u.repeat(4))
+        assert (probs.gather(1, picks[:, None]) > 0).all()

@@ -191,6 +191,13 @@ class SegmentBatch:
             batch=self,
             slots=torch.tensor(slots, dtype=torch.long, device=device),
             rows_per_segment=per_segment,
+            slot_rows=(
+                torch.tensor(
+                    sorted(range(len(slots)), key=slots.__getitem__), dtype=torch.long, device=device
+                )
+                if per_segment == 1
+                else None
+            ),
             key_bias=key_bias[:, None, None, :],
             subset=None if subset is None else torch.tensor(subset, dtype=torch.long, device=device),
             width=width,
@@ -213,6 +220,8 @@ class SegmentPlan:
     """``[B]`` where each row's queries go in the ``[G * R]`` grid of segment query slots."""
     rows_per_segment: int
     """R: the most rows on one segment (slots of segments with fewer rows stay empty)."""
+    slot_rows: torch.Tensor | None
+    """With R = 1 (every segment continued by one row): ``[B]`` the row in each slot, else None."""
     key_bias: torch.Tensor
     """``[G', 1, 1, P']`` additive mask of the padding of the segments read."""
     subset: torch.Tensor | None
@@ -275,6 +284,11 @@ def segment_attention(
     """
     rows, kv_heads, queries, dim = folded.shape
     count, per_segment = plan.segments_read, plan.rows_per_segment
+    shared_keys, shared_values = plan.batch.plan_states(plan, layer)
+    if plan.slot_rows is not None:  # one row per segment (distinct prompts): the rows, reordered
+        stacked = folded.index_select(0, plan.slot_rows)
+        out, lse = attention_with_lse(stacked, shared_keys, shared_values, plan.key_bias, scale, flash=True)
+        return out.index_select(0, plan.slots), lse.index_select(0, plan.slots)
     slots = folded.new_zeros((count * per_segment, kv_heads, queries, dim))
     slots[plan.slots] = folded
     stacked = (
@@ -282,7 +296,6 @@ def segment_attention(
         .transpose(1, 2)
         .reshape(count, kv_heads, per_segment * queries, dim)
     )
-    shared_keys, shared_values = plan.batch.plan_states(plan, layer)
     # Identical rows share a segment, i.e. one batch entry of this call: the flash kernel is safe here.
     out, lse = attention_with_lse(stacked, shared_keys, shared_values, plan.key_bias, scale, flash=True)
     out = (

@@ -18,6 +18,7 @@ from aloft.inference.prefix_cache import CachedHistory, PrefixCache
 from aloft.inference.shared_prefix import (
     SHARED_PREFIX_ATTENTION,
     SegmentBatch,
+    decode_attention,
     shared_prefix_attention,
     shared_prefix_supported,
 )
@@ -45,20 +46,23 @@ def _reference(query, key, value, lengths):
 
 @pytest.mark.parametrize("new", [1, 5])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_attention_split_over_a_segment_and_own_tokens_equals_plain_causal_attention(new, dtype):
-    """Three rows on two segments of different lengths, own caches of different widths (left padding)."""
+@pytest.mark.parametrize("rows", [3, 2])
+def test_attention_split_over_a_segment_and_own_tokens_equals_plain_causal_attention(new, dtype, rows):
+    """Three rows on two segments of different lengths (two rows on one), or two rows on one segment
+    each; own caches of different widths (left padding). With one new token a row, the decode step's
+    ``decode_attention`` too."""
     torch.manual_seed(0)
     heads, kv_heads, dim = 4, 2, 16
-    segment_lengths, own_lengths = [7, 4], [3 + new, 1 + new, new]  # row 2 has nothing cached yet
-    row_segment = [0, 1, 0]
+    segment_lengths, own_lengths = [7, 4], [3 + new, 1 + new, new][:rows]  # row 2 has nothing cached yet
+    row_segment = [0, 1, 0][:rows]
     full_keys = [
         torch.randn(kv_heads, segment_lengths[g] + own_lengths[r], dim) for r, g in enumerate(row_segment)
     ]
-    # Rows on one segment share its keys: copy segment 0's part of row 0 into row 2.
-    full_keys[2][:, : segment_lengths[0]] = full_keys[0][:, : segment_lengths[0]]
     full_values = [torch.randn_like(k) for k in full_keys]
-    full_values[2][:, : segment_lengths[0]] = full_values[0][:, : segment_lengths[0]]
-    query = torch.randn(3, heads, new, dim)
+    if rows == 3:  # rows on one segment share its keys: copy segment 0's part of row 0 into row 2
+        full_keys[2][:, : segment_lengths[0]] = full_keys[0][:, : segment_lengths[0]]
+        full_values[2][:, : segment_lengths[0]] = full_values[0][:, : segment_lengths[0]]
+    query = torch.randn(rows, heads, new, dim)
 
     width = max(segment_lengths)
     seg_keys = torch.zeros(2, kv_heads, width, dim)
@@ -67,9 +71,9 @@ def test_attention_split_over_a_segment_and_own_tokens_equals_plain_causal_atten
         seg_keys[g, :, width - segment_lengths[g] :] = full_keys[row][:, : segment_lengths[g]]
         seg_values[g, :, width - segment_lengths[g] :] = full_values[row][:, : segment_lengths[g]]
     own_width = max(own_lengths)
-    own_keys = torch.zeros(3, kv_heads, own_width, dim)
-    own_values = torch.zeros(3, kv_heads, own_width, dim)
-    mask = torch.zeros(3, 1, new, own_width, dtype=torch.bool)
+    own_keys = torch.zeros(rows, kv_heads, own_width, dim)
+    own_values = torch.zeros(rows, kv_heads, own_width, dim)
+    mask = torch.zeros(rows, 1, new, own_width, dtype=torch.bool)
     for r, g in enumerate(row_segment):
         own_keys[r, :, own_width - own_lengths[r] :] = full_keys[r][:, segment_lengths[g] :]
         own_values[r, :, own_width - own_lengths[r] :] = full_values[r][:, segment_lengths[g] :]
@@ -97,9 +101,21 @@ def test_attention_split_over_a_segment_and_own_tokens_equals_plain_causal_atten
     padded_values = torch.stack([torch.nn.functional.pad(v, (0, 0, 20 - v.shape[1], 0)) for v in full_values])
     lengths = [segment_lengths[g] + own_lengths[r] for r, g in enumerate(row_segment)]
     expected = _reference(query, padded_keys, padded_values, lengths)
-    assert out.shape == (3, new, heads, dim)
+    assert out.shape == (rows, new, heads, dim)
     tolerance = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(out.float(), expected, atol=tolerance, rtol=tolerance)
+    if new == 1:
+        private_bias = torch.zeros(mask.shape).masked_fill_(~mask, float("-inf"))  # [B, 1, 1, W]
+        decoded = decode_attention(
+            query[:, :, 0].to(dtype),
+            own_keys.to(dtype),
+            own_values.to(dtype),
+            private_bias,
+            segments.plan(dtype),
+            layer=0,
+            scale=dim**-0.5,
+        )
+        torch.testing.assert_close(decoded.float(), expected[:, 0], atol=tolerance, rtol=tolerance)
 
 
 def test_models_whose_attention_is_not_plain_softmax_keep_full_caches(tmp_path):

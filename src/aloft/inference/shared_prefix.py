@@ -322,8 +322,8 @@ def decode_attention(
     including the new token, ``private_bias [B, 1, 1, W]`` float32, 0 over real columns and -inf over
     padding. The segment part is ``segment_attention``'s; the segment then joins the softmax over the
     row's own tokens as one more key whose logit is its log-sum-exp and whose value is its attention
-    output, which is the same merge as ``shared_prefix_attention``'s with three ops instead of ten
-    (the row's own newest token is never masked, so the largest logit is finite).
+    output: the same result as ``shared_prefix_attention``'s log-sum-exp merge, in fewer ops (the
+    row's own newest token is never masked, so the largest logit is finite).
     """
     rows, heads, dim = query.shape
     kv_heads = keys.shape[1]

@@ -12,7 +12,7 @@ import random
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, Qwen3Config
+from transformers import AutoConfig, AutoModelForCausalLM, Qwen3Config
 
 from aloft.inference.decode_step import DecodeStep, decode_step_supported
 from aloft.inference.decoding import BatchDecoder
@@ -21,9 +21,21 @@ from aloft.models import build_tiny_model
 from aloft.types import GenerationRequest, SamplingParams
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen2"])
+@pytest.fixture(scope="module", params=["llama", "qwen2", "llama-biases"])
 def model_dir(request, tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp(request.param) / "model", arch=request.param)
+    """Tiny Llama, Qwen2 (q/k/v biases), and Llama with biases on every projection and MLP layer."""
+    arch = request.param.removesuffix("-biases")
+    path = build_tiny_model(tmp_path_factory.mktemp(request.param) / "model", arch=arch)
+    if request.param.endswith("-biases"):
+        config = AutoConfig.from_pretrained(path)
+        config.attention_bias, config.mlp_bias = True, True
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(config)
+        for name, parameter in model.named_parameters():
+            if name.endswith(".bias"):
+                torch.nn.init.normal_(parameter, std=0.5)  # not zeros: the biases must count
+        model.save_pretrained(path)
+    return path
 
 
 def _prompt(length: int, seed: int) -> list[int]:
@@ -103,10 +115,45 @@ def test_a_requests_logprobs_do_not_depend_on_the_rest_of_the_batch(model_dir):
     )
 
 
+def test_a_bfloat16_step_equals_the_model_forward_within_bfloat16_rounding(tmp_path):
+    """bf16 weights: the norms scale in bf16 after normalizing in float32 (as transformers does), the
+    rotary embedding runs in bf16, the decode step's attention in float32."""
+    engine = HFEngine(build_tiny_model(tmp_path / "llama"), dtype="bfloat16")
+    try:
+        decoders = [BatchDecoder(engine.model, engine.tokenizer, engine.limits, max_rows=8) for _ in range(2)]
+        assert isinstance(decoders[0].decode_step, DecodeStep)
+        decoders[1].decode_step = None
+        batch = [  # greedy: both sides then feed the same tokens unless two logits tie within bf16 rounding
+            GenerationRequest(
+                prompt_ids=_prompt(7 + 5 * i, seed=i), sampling=SamplingParams(max_tokens=6, temperature=0)
+            )
+            for i in range(4)
+        ]
+        with torch.inference_mode():
+            for decoder in decoders:
+                decoder.admit(batch, [0, 1, 2, 3], list(range(4)))
+            for _ in range(4):
+                for decoder in decoders:
+                    decoder.step()
+                assert [r.token_ids for r in decoders[0].rows] == [r.token_ids for r in decoders[1].rows]
+                ours, theirs = decoders[0].logits.float(), decoders[1].logits.float()
+                assert ours.dtype == theirs.dtype
+                torch.testing.assert_close(ours, theirs, atol=0.1, rtol=0.02)
+    finally:
+        engine.close()
+
+
 def test_models_the_step_does_not_reproduce_keep_the_model_forward(tmp_path):
     llama = AutoModelForCausalLM.from_pretrained(build_tiny_model(tmp_path / "llama"))
     assert decode_step_supported(llama)
     llama.config.hidden_act = "gelu"
+    assert not decode_step_supported(llama)
+    llama.config.hidden_act = "silu"
+
+    class Adapted(torch.nn.Linear):  # a layer swapped in place, as peft injects LoRA layers
+        pass
+
+    llama.model.layers[1].self_attn.v_proj.__class__ = Adapted
     assert not decode_step_supported(llama)
     qwen3 = AutoModelForCausalLM.from_config(  # per-head query and key norms
         Qwen3Config(

@@ -107,7 +107,7 @@ def _full_inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tens
 
 @pytest.mark.parametrize("vocab", [49_152, 151_936, 997, 1_536])
 def test_blockwise_inverse_cdf_picks_what_one_cumulative_sum_over_the_vocabulary_picks(vocab):
-    """SmolLM2's and Qwen's vocabularies (blocks of 512 and 256), a prime one (blocks of 1)."""
+    """SmolLM2's and Qwen's vocabularies (blocks of 512 and 128), a prime one (blocks of 1)."""
     generator = torch.Generator().manual_seed(vocab)
     probs = torch.softmax(torch.randn(8, vocab, generator=generator) * 4, dim=-1)
     uniforms = torch.rand(8, 250, generator=generator)
@@ -127,3 +127,20 @@ def test_blockwise_inverse_cdf_never_picks_a_zero():
     for u in uniforms:
         picks = _inverse_cdf(probs, u.repeat(4))
         assert (probs.gather(1, picks[:, None]) > 0).all()
+
+
+def test_a_rows_token_and_logprob_are_bit_identical_alone_and_in_a_batch_of_32():
+    """Identical requests get identical logprobs in any batch: at a real vocabulary size, where torch
+    splits reductions over a whole batch across threads differently for 1 row and for 32."""
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(32, 49_152, generator=generator) * 3
+    temps, ks, ps = _params(32, 0.7)
+    together = sample_next_tokens(
+        logits, temps, ks, ps, [torch.Generator().manual_seed(s) for s in range(32)]
+    )
+    for row in range(32):
+        alone = sample_next_tokens(
+            logits[row : row + 1], temps[:1], ks[:1], ps[:1], [torch.Generator().manual_seed(row)]
+        )
+        assert together[0][row] == alone[0][0]
+        assert torch.equal(together[1][row], alone[1][0]), (row, together[1][row] - alone[1][0])

@@ -49,12 +49,12 @@ def _reference(query, key, value, lengths):
 @pytest.mark.parametrize("rows", [3, 2])
 def test_attention_split_over_a_segment_and_own_tokens_equals_plain_causal_attention(new, dtype, rows):
     """Three rows on two segments of different lengths (two rows on one), or two rows on one segment
-    each; own caches of different widths (left padding). With one new token a row, the decode step's
-    ``decode_attention`` too."""
+    each, in the other order; own caches of different widths (left padding). With one new token a
+    row, the decode step's ``decode_attention`` too."""
     torch.manual_seed(0)
     heads, kv_heads, dim = 4, 2, 16
     segment_lengths, own_lengths = [7, 4], [3 + new, 1 + new, new][:rows]  # row 2 has nothing cached yet
-    row_segment = [0, 1, 0][:rows]
+    row_segment = [0, 1, 0] if rows == 3 else [1, 0]  # with 2 rows: not in their segments' order
     full_keys = [
         torch.randn(kv_heads, segment_lengths[g] + own_lengths[r], dim) for r, g in enumerate(row_segment)
     ]
@@ -67,7 +67,7 @@ def test_attention_split_over_a_segment_and_own_tokens_equals_plain_causal_atten
     width = max(segment_lengths)
     seg_keys = torch.zeros(2, kv_heads, width, dim)
     seg_values = torch.zeros(2, kv_heads, width, dim)
-    for g, row in ((0, 0), (1, 1)):
+    for g, row in ((0, row_segment.index(0)), (1, row_segment.index(1))):
         seg_keys[g, :, width - segment_lengths[g] :] = full_keys[row][:, : segment_lengths[g]]
         seg_values[g, :, width - segment_lengths[g] :] = full_values[row][:, : segment_lengths[g]]
     own_width = max(own_lengths)

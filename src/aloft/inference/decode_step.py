@@ -27,6 +27,7 @@ from transformers import DynamicCache, LlamaForCausalLM, PreTrainedModel, Qwen2F
 
 from aloft.inference.prepacked import PrepackedLinear
 from aloft.inference.shared_prefix import SegmentPlan, decode_attention
+from aloft.models.compat import plain_causal_attention
 
 SUPPORTED = (LlamaForCausalLM, Qwen2ForCausalLM)
 """Model classes whose decoder layer is: RMSNorm, q/k/v projections (biases allowed), rotary
@@ -37,16 +38,28 @@ Linear = Callable[[torch.Tensor], torch.Tensor]
 
 def decode_step_supported(model: nn.Module) -> bool:
     """Whether ``DecodeStep`` reproduces ``model``'s forward: one of ``SUPPORTED`` exactly, on CPU,
-    with SiLU MLPs, plain RMSNorms and no extra per-head norms."""
+    with plain causal attention, SiLU MLPs, and its own modules in every place (plain or packed
+    linears, the class's RMSNorm): a module swapped in (a LoRA layer injected in place, a quantized
+    linear) computes something the step would not."""
     if type(model) not in SUPPORTED or next(model.parameters()).device.type != "cpu":
         return False
     config = model.config
     if config.hidden_act != "silu" or getattr(config, "pretraining_tp", 1) != 1:
         return False
-    layers = model.model.layers
-    return all(
-        not hasattr(layer.self_attn, "q_norm") and hasattr(layer.input_layernorm, "variance_epsilon")
-        for layer in layers
+    if not plain_causal_attention(config):
+        return False
+    inner = model.model
+    linears = [model.lm_head]
+    norms = [inner.norm]
+    for layer in inner.layers:
+        attention, mlp = layer.self_attn, layer.mlp
+        linears += [attention.q_proj, attention.k_proj, attention.v_proj, attention.o_proj]
+        linears += [mlp.gate_proj, mlp.up_proj, mlp.down_proj]
+        norms += [layer.input_layernorm, layer.post_attention_layernorm]
+    return (
+        type(inner.embed_tokens) is nn.Embedding
+        and all(type(linear) in (nn.Linear, PrepackedLinear) for linear in linears)
+        and all(type(norm) is type(inner.norm) and type(norm).__name__.endswith("RMSNorm") for norm in norms)
     )
 
 

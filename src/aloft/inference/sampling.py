@@ -43,7 +43,11 @@ def sample_next_tokens(
     weights = logits / scale[:, None]  # [B, V]
     top = weights.amax(dim=-1, keepdim=True)  # [B, 1]
     weights = weights.sub_(top).exp_()  # [B, V]: unnormalised probabilities, each row's largest 1
-    log_total = weights.sum(dim=-1).log_()  # [B]: log_softmax(x) = log(exp(x - max)) - log(sum)
+    # log_softmax(x) = log(exp(x - max)) - log(sum). Summed by blocks: a plain sum over a [B, V]
+    # tensor splits a row across threads depending on B, and a request's logprob must not depend
+    # on the other rows of its batch (block sums are each one thread's, whatever B is).
+    size = _block_size(weights.shape[-1])
+    log_total = weights.view(weights.shape[0], -1, size).sum(dim=-1).sum(dim=-1).log_()  # [B]
     tokens = torch.zeros(logits.shape[0], dtype=torch.long, device=logits.device)  # [B]
     greedy_rows = greedy.nonzero().squeeze(1)
     if greedy_rows.numel() > 0:  # argmax over the vocabulary costs a pass: only where needed
@@ -63,7 +67,7 @@ def sample_next_tokens(
 
 @functools.cache
 def _block_size(vocab: int) -> int:
-    """The largest divisor of ``vocab`` up to 512: the inverse CDF's block (49,152 -> 512, 151,936 -> 256)."""
+    """The largest divisor of ``vocab`` up to 512: the inverse CDF's block (49,152 -> 512, 151,936 -> 128)."""
     return max(size for size in range(1, min(vocab, 512) + 1) if vocab % size == 0)
 
 

@@ -217,7 +217,8 @@ class AlgorithmConfig(Section):
     ppo_epochs: PositiveInt = 1
     """Passes over each step's batch."""
     mini_batches: PositiveInt = 1
-    """Optimizer steps per epoch; whole groups are kept together."""
+    """Optimizer steps per epoch; whole groups are kept together, every group in exactly one
+    mini-batch, split as evenly as the step's group count allows (7 groups in 2: 4 + 3)."""
     dynamic_sampling: bool = False
     """DAPO dynamic sampling: drop groups whose rewards are all equal and refill."""
     max_sampling_rounds: PositiveInt = 3

@@ -144,19 +144,9 @@ class Learner:
         return metrics
 
     def _mini_batches(self, batch: TrainBatch, num_groups: int, step: int, epoch: int) -> list[list[int]]:
-        """Row indices per mini-batch; whole groups stay together; order shuffled per epoch."""
-        n = self.cfg.algorithm.mini_batches
-        if n == 1:
-            return [list(range(batch.num_rows))]
-        order = torch.randperm(
-            num_groups, generator=torch.Generator().manual_seed(mix_seed(self.cfg.trainer.seed, step, epoch))
-        )
-        per = max(1, num_groups // n)
-        out = []
-        for k in range(n):
-            chosen = set(order[k * per : (k + 1) * per].tolist())
-            out.append([i for i in range(batch.num_rows) if int(batch.group_ids[i]) in chosen])
-        return [rows for rows in out if rows]
+        """Row indices per mini-batch for this epoch (see ``group_mini_batches``)."""
+        seed = mix_seed(self.cfg.trainer.seed, step, epoch)
+        return group_mini_batches(batch.group_ids, num_groups, self.cfg.algorithm.mini_batches, seed)
 
     # ---------------------------------------------------------------- weights and state
     def named_weights(self) -> list[tuple[str, torch.Tensor]]:
@@ -403,6 +393,28 @@ def build_learner(cfg: AloftConfig) -> Learner:
             device=device,
         )
     return Learner(cfg=cfg, policy=policy, reference=reference, critic=critic, pad_token_id=int(pad))
+
+
+def group_mini_batches(group_ids: torch.Tensor, num_groups: int, n: int, seed: int) -> list[list[int]]:
+    """Split a step's rows into ``n`` mini-batches of whole groups, every group in exactly one.
+
+    ``group_ids`` is ``[B]`` (each row's group index in ``0..num_groups-1``). Groups are shuffled by
+    ``seed`` (one order per step and epoch), then dealt out as evenly as the count allows: 7 groups
+    in 2 mini-batches are 4 + 3, never 3 + 3 with one left out. The counts vary from step to step
+    (failed trajectories leave their group, dynamic sampling keeps only groups with variance), so no
+    divisibility can be assumed. Fewer groups than ``n`` give fewer, one-group mini-batches. Each
+    mini-batch's loss is normalized over its own tokens (``LossNormalizer`` in the worker).
+    """
+    if n == 1:
+        return [list(range(len(group_ids)))]
+    order = torch.randperm(num_groups, generator=torch.Generator().manual_seed(seed))
+    out = []
+    for chunk in torch.tensor_split(order, n):
+        chosen = set(chunk.tolist())
+        rows = [i for i in range(len(group_ids)) if int(group_ids[i]) in chosen]
+        if rows:
+            out.append(rows)
+    return out
 
 
 def trained_tokens(

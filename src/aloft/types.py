@@ -43,13 +43,11 @@ class RolloutStatus(StrEnum):
     LENGTH = "length"
     """A token budget ran out (max new tokens, max total tokens) or the turn limit was reached."""
     ENV_ERROR = "env_error"
-    """The environment or the engine raised: an infrastructure failure, not the policy's doing. The
+    """The environment or the engine raised, or an env call ran past ``generator.env_timeout_s``: an
+    infrastructure failure, not the policy's doing. The
     trajectory is never trained on (its group's advantages use the samples that ran); it is counted
     in ``rollout/error_share``, kept with its error in the rollouts file, and a step whose share
     passes ``trainer.max_error_share`` stops the run."""
-    TOOL_TIMEOUT = "tool_timeout"
-    """The env reported a tool that ran past its time limit to the policy (e.g. its code looped) and
-    went on: the policy's own outcome, trained on with the env's reward like any other."""
     ABORTED = "aborted"
     """Generation was aborted (engine paused for good, shutdown)."""
 

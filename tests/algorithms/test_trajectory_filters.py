@@ -57,11 +57,9 @@ def test_a_failed_sample_neither_adds_nor_removes_a_groups_variance():
     failed = trajectory(0, RolloutStatus.ENV_ERROR)
     same = TrajectoryGroup(group_id="g", trajectories=[trajectory(1), trajectory(1), failed])
     assert same.rewards == [1.0, 1.0] and not same.has_variance
-    # A tool timeout the env reported to the policy is the policy's outcome: it keeps its reward.
-    timed_out = TrajectoryGroup(
-        group_id="g", trajectories=[trajectory(1), trajectory(0, RolloutStatus.TOOL_TIMEOUT)]
-    )
-    assert timed_out.has_variance and not timed_out.trajectories[1].failed
+    # A turn-limited sample is the policy's outcome: it keeps its reward.
+    cut = TrajectoryGroup(group_id="g", trajectories=[trajectory(1), trajectory(0, RolloutStatus.LENGTH)])
+    assert cut.has_variance and not cut.trajectories[1].failed
 
 
 def test_drop_zero_variance_groups_keeps_informative_groups_in_order():
@@ -72,7 +70,7 @@ def test_drop_zero_variance_groups_keeps_informative_groups_in_order():
 
 
 def test_overlong_filter_mask_drops_only_truncated_trajectories():
-    statuses = [RolloutStatus.STOP, RolloutStatus.LENGTH, RolloutStatus.ENV_ERROR, RolloutStatus.TOOL_TIMEOUT]
+    statuses = [RolloutStatus.STOP, RolloutStatus.LENGTH, RolloutStatus.ENV_ERROR, RolloutStatus.ABORTED]
     assert overlong_filter_mask([trajectory(status=s) for s in statuses]) == [True, False, True, True]
 
 

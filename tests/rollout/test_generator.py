@@ -140,6 +140,83 @@ def test_missing_env_fails_the_trajectory_not_the_run(engine, tokenizer):
     assert "no_such_env" in groups[0].trajectories[0].info["error"]
 
 
+class HangingEnv(Env):
+    """Hangs in ``reset`` (env config ``hang=reset``) or ``step`` (``hang=step``) until released:
+    a user env's network call without a timeout. Records which instances were closed."""
+
+    release = threading.Event()
+    closed: list[str] = []
+
+    def reset(self, prompt):
+        if self.config.get("hang") == "reset":
+            HangingEnv.release.wait()
+        return super().reset(prompt)
+
+    def step(self, action: str) -> StepOutput:
+        if self.config.get("hang") == "step":
+            HangingEnv.release.wait()
+        return StepOutput(observations=[], reward=1.0, done=True)
+
+    def close(self) -> None:
+        HangingEnv.closed.append(str(self.config.get("hang")))
+        super().close()
+
+
+if "test_hanging" not in registered():
+    register("test_hanging", HangingEnv)
+
+
+def test_env_calls_past_their_deadline_fail_only_their_trajectories(tokenizer):
+    """Rows whose env hangs in reset or in step become env_error after ``env_timeout_s`` while the
+    others finish; the hung envs are closed (which may free what they wait on), and the generator's
+    next call is not held up by the calls still hanging on their threads."""
+    HangingEnv.release.clear()
+    HangingEnv.closed.clear()
+    engine = make_engine("scripted", tokenizer=tokenizer, replies=["42"])
+    configs = {"test_hanging": {}}
+    gen = Generator(
+        engine, tokenizer, limits=EpisodeLimits(), env_configs=configs, env_timeout_s=0.5, env_threads=4
+    )
+    sampling = SamplingParams(max_tokens=8)
+    try:
+        for hang in ("step", "reset"):
+            configs["test_hanging"] = {"hang": hang}
+            t0 = time.perf_counter()
+            hung = gen.generate_sync(rows(3, "test_hanging"), n=2, sampling=sampling, seed=0)
+            assert time.perf_counter() - t0 < 5  # 6 calls of 0.5 s on 4 slots: abandoned calls free theirs
+            for t in (t for g in hung for t in g.trajectories):
+                assert t.status is RolloutStatus.ENV_ERROR and t.info["error_source"] == "env"
+                assert (
+                    f"EnvCallTimeout('env {hang} did not return within generator.env_timeout_s=0.5 s"
+                    in t.info["error"]
+                )
+                assert t.reward == 0.0
+            configs["test_hanging"] = {}
+            fine = gen.generate_sync(rows(3, "test_hanging"), n=2, sampling=sampling, seed=0)
+            assert [t.status for g in fine for t in g.trajectories] == [RolloutStatus.STOP] * 6
+            assert [t.reward for g in fine for t in g.trajectories] == [1.0] * 6
+        time.sleep(0.2)  # hung envs are closed on a thread of their own
+        assert sorted(HangingEnv.closed).count("step") == 6 and HangingEnv.closed.count("reset") == 6
+        assert gen.env_threads.abandoned == 12
+    finally:
+        HangingEnv.release.set()
+
+
+def test_an_envs_own_timeout_error_is_its_error_not_the_deadline(tokenizer):
+    """A TimeoutError the env raises itself (a socket's) is reported as such, before any deadline."""
+
+    class SocketTimeoutEnv(Env):
+        def step(self, action: str) -> StepOutput:
+            raise TimeoutError("read timed out")
+
+    engine = make_engine("scripted", tokenizer=tokenizer, replies=["42"])
+    gen = Generator(
+        engine, tokenizer, limits=EpisodeLimits(), env_factory=lambda *_: SocketTimeoutEnv(), env_timeout_s=30
+    )
+    (group,) = gen.generate_sync(rows(1, "any"), n=1, sampling=SamplingParams(max_tokens=8), seed=0)
+    assert group.trajectories[0].info["error"] == "env: TimeoutError('read timed out')"
+
+
 class JitteryEnv(Env):
     """Two turns whose steps take a random time: without lockstep, requests reach the engine in any order."""
 

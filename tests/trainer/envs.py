@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import zlib
 
 from aloft.gym import Env, StepOutput, register, registered
@@ -33,11 +34,22 @@ class SometimesFailingEnv(DigitsEnv):
         return super().step(action)
 
 
+class SometimesHangingEnv(DigitsEnv):
+    """Never returns from ``step`` on about 3 in 10 replies (chosen by a hash of the reply), like a
+    network call without a timeout; the other replies get DigitsEnv's reward."""
+
+    def step(self, action: str) -> StepOutput:
+        if zlib.crc32(action.encode()) % 10 < 3:
+            time.sleep(3600)
+        return super().step(action)
+
+
 def register_test_envs() -> None:
     if "test_digits" not in registered():
         register("test_digits", DigitsEnv)
         register("test_flaky", FlakyEnv)
         register("test_sometimes_failing", SometimesFailingEnv)
+        register("test_sometimes_hanging", SometimesHangingEnv)
 
 
 register_test_envs()

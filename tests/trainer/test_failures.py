@@ -112,6 +112,43 @@ def test_a_run_with_failing_env_steps_trains_on_the_rest_and_reports_them(tiny_o
         assert row["reward/mean"] == pytest.approx(sum(ran) / len(ran))  # failures are no reward
 
 
+def test_a_run_whose_env_steps_hang_fails_those_trajectories_goes_on_and_exits(tiny_overrides):
+    """An env whose ``step`` never returns on ~30% of replies: those trajectories fail as env_error
+    after ``generator.env_timeout_s``, both steps train on the rest, and the process exits although
+    the abandoned calls are still sleeping (a pool's worker threads would hold the exit forever)."""
+    command = [
+        sys.executable,
+        "-m",
+        "aloft.cli",
+        "train",
+        *BASE,
+        *tiny_overrides,
+        "env=test_sometimes_hanging",
+        "trainer.imports=[tests.trainer.envs]",
+        "trainer.max_error_share=0.6",
+        "trainer.max_steps=2",
+        "trainer.eval_before_training=false",
+        "generator.env_timeout_s=1",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run_dir = Path(tiny_overrides[1].split("=", 1)[1]) / "run"
+    steps = [json.loads(line) for line in open(run_dir / "metrics.jsonl") if '"reward/mean"' in line]
+    assert [row["step"] for row in steps] == [1, 2]
+    hung = 0
+    for row in steps:
+        records = [json.loads(line) for line in open(run_dir / "rollouts" / f"step_{row['step']}.jsonl")]
+        errors = [r for r in records if r["status"] == "env_error"]
+        hung += len(errors)
+        assert row["status/env_error"] == len(errors) / len(records)
+        for r in errors:
+            assert r["info"]["error_source"] == "env"
+            assert (
+                "EnvCallTimeout" in r["info"]["error"] and "generator.env_timeout_s=1 s" in r["info"]["error"]
+            )
+    assert hung > 0
+
+
 @pytest.mark.parametrize("plan", ["sync", "one_step_off", "fully_async"])
 def test_a_run_whose_env_always_fails_stops_at_step_1_with_the_envs_error(tiny_overrides, plan):
     """Every plan stops (fully_async: the groups finished by then, at least a step's 16)."""

@@ -93,8 +93,12 @@ class GeneratorConfig(Section):
     eval_n_samples: PositiveInt = 1
     """Samples per eval prompt; pass@k is reported for k up to this."""
     env_threads: PositiveInt = 64
-    """Threads for env calls (tools mostly wait: databases, sandboxes, HTTP), so that many
-    trajectories' tool calls run at once."""
+    """Most env calls at once, each on its own thread (tools mostly wait: databases, sandboxes,
+    HTTP), so that many trajectories' tool calls run at once."""
+    env_timeout_s: PositiveFloat | None = 300.0
+    """The longest one env call (construction, reset, step) may take; past it the trajectory fails
+    as ``env_error`` (never a reward) and the run goes on. The default is far above any built-in
+    env's step (their tools stop themselves within seconds); null disables it."""
 
 
 class EngineConfig(Section):

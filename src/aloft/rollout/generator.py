@@ -16,6 +16,9 @@ the engine batches their requests; env calls run in threads so a slow tool never
 An env or engine call that raises ends that trajectory with status ``env_error`` (``info["error"]``
 and ``info["error_source"]``: ``"env"`` or ``"engine"``), never the run; the trainer leaves such
 trajectories out of the loss and stops the run when too many fail (``trainer.max_error_share``).
+So does an env call (construction, ``reset``, ``step``) that runs past ``env_timeout_s``: it is
+abandoned on its daemon thread and can hold neither the next step nor the run's exit
+(``aloft.rollout.env_calls``).
 
 An env that is an ``AgentEnv`` (``env=agent``) is played by an external program instead of the loop
 above: it calls a capturing OpenAI-compatible server on this engine, and its session becomes the
@@ -25,12 +28,11 @@ trajectory, or one per fork (``aloft.rollout.agents``).
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import secrets
+import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
@@ -38,6 +40,7 @@ from aloft.gym import Env, make
 from aloft.gym.agent import AgentEnv
 from aloft.inference.base import InferenceEngine
 from aloft.rollout.agents import AgentSessions
+from aloft.rollout.env_calls import EnvCallTimeout, EnvThreads
 from aloft.seeds import mix_seed
 from aloft.types import (
     Completion,
@@ -148,14 +151,16 @@ class Generator:
         env_factory: Callable[..., Env] = make,
         lockstep: bool = False,
         env_threads: int = 64,
+        env_timeout_s: float | None = 300.0,
     ) -> None:
-        """``env_threads``: env calls (construction, reset, step) run in a pool of this many threads,
-        off the event loop. They mostly wait (tools, databases, sandboxes, HTTP), so a pool far
-        larger than the cores keeps that many trajectories' tool calls in flight; asyncio's default
-        pool (cores + 4) would queue the rest."""
+        """``env_threads``: at most this many env calls (construction, reset, step) run at once,
+        each on a thread off the event loop. They mostly wait (tools, databases, sandboxes, HTTP),
+        so far more than the cores keeps that many trajectories' tool calls in flight.
+        ``env_timeout_s``: the most one such call may take before its trajectory fails as
+        ``env_error`` (None: no limit). Agent programs (``env=agent``) keep their own limits."""
         self.engine = engine
-        self.env_threads = env_threads
-        self._env_pool: ThreadPoolExecutor | None = None
+        self.env_threads = EnvThreads(env_threads)
+        self.env_timeout_s = env_timeout_s
         self.lockstep = lockstep
         """Submit each turn's requests of all live episodes together, in episode order, so the engine
         sees the same batches on every run (bit-exact reruns; costs the overlap of envs and engine)."""
@@ -168,9 +173,12 @@ class Generator:
         self.env_factory = env_factory
 
     async def _in_env_thread(self, fn: Callable[..., T], *args: Any) -> T:
-        if self._env_pool is None:
-            self._env_pool = ThreadPoolExecutor(self.env_threads, thread_name_prefix="aloft-env")
-        return await asyncio.get_running_loop().run_in_executor(self._env_pool, functools.partial(fn, *args))
+        """A blocking call off the loop with no deadline (an agent program's play and score)."""
+        return await self.env_threads.run(fn, *args, timeout_s=None, what=getattr(fn, "__name__", "call"))
+
+    async def _env_call(self, fn: Callable[..., T], *args: Any, what: str) -> T:
+        """An env call off the loop, failing with ``EnvCallTimeout`` past ``env_timeout_s``."""
+        return await self.env_threads.run(fn, *args, timeout_s=self.env_timeout_s, what=what)
 
     def generate_sync(self, rows: Sequence[PromptRow], **kwargs: Any) -> list[TrajectoryGroup]:
         return asyncio.run(self.generate(rows, **kwargs))
@@ -247,14 +255,16 @@ class Generator:
         env: Env | None = None
         failing = "env"  # which side an exception comes from: "env" or "engine"
         played: list[Trajectory] = []
+        env_hung = False
         try:
-            env = await self._in_env_thread(
+            env = await self._env_call(
                 self.env_factory,
                 env_class,
                 self.env_configs.get(env_class, self.default_env_config),
                 row.extras,
+                what="construction",
             )
-            messages, _ = await self._in_env_thread(env.reset, list(row.prompt))
+            messages, _ = await self._env_call(env.reset, list(row.prompt), what="reset")
             prompt_ids = self.chat.prompt_ids(messages)
             if isinstance(env, AgentEnv):  # an external program plays the episode (env=agent)
                 if submit is not None or agents is None:
@@ -308,7 +318,7 @@ class Generator:
                         completion.token_ids, skip_special_tokens=True
                     )
                     t_env = time.perf_counter()
-                    out = await self._in_env_thread(env.step, text)
+                    out = await self._env_call(env.step, text, what="step")
                     env_seconds += time.perf_counter() - t_env
                     if rewards:
                         rewards[-1] += float(out.reward)
@@ -317,8 +327,6 @@ class Generator:
                             RolloutStatus.STOP if completion.finish_reason == "stop" else RolloutStatus.LENGTH
                         )
                         break
-                    if out.info.get("tool_timeout"):
-                        status = RolloutStatus.TOOL_TIMEOUT
                     obs_ids = self.chat.observation_ids(out.observations, completion.token_ids)
                     start = len(completion_ids)
                     completion_ids += obs_ids
@@ -333,9 +341,12 @@ class Generator:
             status = RolloutStatus.ENV_ERROR
             error = f"{failing}: {exc!r}"
             rewards = [0.0] * len(completion_ids)
+            env_hung = isinstance(exc, EnvCallTimeout)
         finally:
             metrics = {}
-            if env is not None:
+            if env is not None and env_hung:  # its state is unknown and close may hang too: off the loop
+                threading.Thread(target=_close_quietly, args=(env, env_class), daemon=True).start()
+            elif env is not None:
                 try:
                     metrics = {k: float(v) for k, v in env.metrics().items()}
                     env.close()
@@ -373,6 +384,14 @@ class Generator:
                 info=info,
             )
         ]
+
+
+def _close_quietly(env: Env, env_class: str) -> None:
+    """Close an env whose call was abandoned (it may free what the hung call waits on)."""
+    try:
+        env.close()
+    except Exception as exc:
+        logger.warning("env %s close after a timeout failed: %r", env_class, exc)
 
 
 class _Lockstep:

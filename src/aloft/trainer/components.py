@@ -258,6 +258,7 @@ def build_components(cfg: AloftConfig) -> Components:
             default_env=cfg.env.name,
             lockstep=tr.deterministic,  # the same engine batches on every run, whatever the env threads do
             env_threads=gen.env_threads,
+            env_timeout_s=gen.env_timeout_s,
         )
     return Components(
         cfg=cfg,

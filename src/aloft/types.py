@@ -44,10 +44,10 @@ class RolloutStatus(StrEnum):
     """A token budget ran out (max new tokens, max total tokens) or the turn limit was reached."""
     ENV_ERROR = "env_error"
     """The environment or the engine raised, or an env call ran past ``generator.env_timeout_s``: an
-    infrastructure failure, not the policy's doing. The
-    trajectory is never trained on (its group's advantages use the samples that ran); it is counted
-    in ``rollout/error_share``, kept with its error in the rollouts file, and a step whose share
-    passes ``trainer.max_error_share`` stops the run."""
+    infrastructure failure, not the policy's doing. The trajectory is never trained on (its group's
+    advantages use the samples that ran); it is counted in ``rollout/error_share``, kept with its
+    error in the rollouts file, and a step whose share passes ``trainer.max_error_share`` stops the
+    run."""
     ABORTED = "aborted"
     """Generation was aborted (engine paused for good, shutdown)."""
 

@@ -236,6 +236,38 @@ def test_save_state_then_load_state_into_a_new_client_continues_bit_identically(
     )
 
 
+def test_save_state_refuses_while_gradients_wait_for_optim_step(service, tiny_model_dir):
+    """A checkpoint holds weights and AdamW state, not gradients: save_state between forward_backward
+    and optim_step is a user error naming the fix, writes nothing, and leaves the gradients to the
+    optim_step that follows (the same step as a twin client that never tried to save)."""
+    batch = [sft_datum([5, 9, 14, 3, 27, 8, 11, 40])]
+    adam = types.AdamParams(learning_rate=1e-2)
+    saving = service.create_lora_training_client(base_model=tiny_model_dir, rank=4, seed=5).result()
+    twin = service.create_lora_training_client(base_model=tiny_model_dir, rank=4, seed=5).result()
+    for client in (saving, twin):
+        client.forward_backward(batch, "cross_entropy").result()
+    with pytest.raises(tinker.RequestFailedError) as refused:
+        saving.save_state("mid-step").result()
+    assert refused.value.category == types.RequestErrorCategory.User
+    assert "gradients from 1 forward_backward call waiting for optim_step" in str(refused.value)
+    assert "call optim_step first" in str(refused.value)
+    with pytest.raises(tinker.NotFoundError, match="no checkpoint at"):
+        service.create_training_client_from_state(f"tinker://{saving.model_id}/weights/mid-step").result()
+    for client in (saving, twin):
+        client.optim_step(adam).result()
+
+    def logprobs(client):
+        return client.forward(batch, "cross_entropy").result().loss_fn_outputs[0]["logprobs"].tolist()
+
+    assert logprobs(saving) == logprobs(twin)
+    saved = saving.save_state("after-step").result().path  # nothing pending once the step ran
+    # The other way out: loading a saved state discards the pending gradients.
+    saving.forward_backward(batch, "cross_entropy").result()
+    saving.load_state_with_optimizer(saved).result()
+    saving.save_state("after-load").result()
+    assert logprobs(saving) == logprobs(twin)
+
+
 def test_checkpoint_paths_that_name_nothing_or_clash_are_refused(service, tiny_model_dir):
     training = service.create_lora_training_client(base_model=tiny_model_dir, rank=4).result()
     training.save_state("once").result()

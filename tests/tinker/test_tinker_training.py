@@ -9,7 +9,7 @@ import torch
 pytest.importorskip("peft", reason="the tinker extra is not installed: pip install 'aloft[tinker]'")
 from aloft.tinker import batching
 from aloft.tinker.errors import TinkerUserError
-from aloft.tinker.training import LoraSpec, TrainingHost
+from aloft.tinker.training import AdamParams, LoraSpec, TrainingHost
 from aloft.tinker.wire import Datum
 
 CLIENT = "s:train:0"
@@ -106,3 +106,26 @@ def test_a_call_refused_in_a_later_micro_batch_adds_no_gradient(host, monkeypatc
     after = [p.grad for p in state.parameters if p.grad is not None]
     assert len(after) == len(before) and all(torch.equal(a, b) for a, b in zip(after, before, strict=True))
     take_gradients(host)
+
+
+def test_save_state_refuses_pending_gradients_before_writing_anything(host, tmp_path):
+    """In process, as the server calls it: refused while a forward_backward waits for optim_step
+    (a forward alone adds nothing to wait for), allowed after the step."""
+    client = "s:train:save"
+    host.create(client, LoraSpec(rank=4, seed=0))
+    try:
+        host.forward_backward(client, [rl_datum([3, 4, 5, 6], 1.0)], "ppo", {}, forward_only=False)
+        host.forward_backward(client, [rl_datum([3, 4, 5, 7], 1.0)], "ppo", {}, forward_only=False)
+        with pytest.raises(TinkerUserError, match="from 2 forward_backward calls waiting for optim_step"):
+            host.save_state(client, tmp_path)
+        assert not any(tmp_path.iterdir())
+        host.optim_step(client, AdamParams())
+        host.forward_backward(client, [rl_datum([3, 4, 5, 6], 1.0)], "ppo", {}, forward_only=True)
+        host.save_state(client, tmp_path)
+        assert {path.name for path in tmp_path.iterdir()} == {
+            "adapter.safetensors",
+            "optimizer.pt",
+            "state.json",
+        }
+    finally:
+        host.remove(client)

@@ -345,6 +345,9 @@ def create_app(service: TinkerService) -> FastAPI:
             )
 
         def work() -> dict[str, Any]:
+            # Checked here, on the compute thread, not at submission: a forward_backward accepted
+            # earlier may not have run yet. Checked before the write, so a refusal leaves no directory.
+            service.host.check_no_pending_gradients(model_id)
             service.checkpoints.write(path, lambda d: service.host.save_state(model_id, d), overwrite=True)
             return {"path": path, "type": "save_weights"}
 

@@ -73,6 +73,8 @@ class TrainingClientState:
     parameters: list[torch.nn.Parameter]
     steps: int = 0
     pending_backwards: int = 0
+    """``forward_backward`` calls whose gradients wait for the next ``optim_step`` (``save_state``
+    refuses while any do; ``load_state`` discards them)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -191,10 +193,29 @@ class TrainingHost:
 
     # --- state -------------------------------------------------------------------------------
 
+    def check_no_pending_gradients(self, model_id: str) -> None:
+        """Refuse (``TinkerUserError``) while gradients of a ``forward_backward`` wait for the client's
+        ``optim_step``: a checkpoint holds weights and AdamW state, not gradients, so saving then would
+        silently drop them and a resumed client would step without them."""
+        pending = self.client(model_id).pending_backwards
+        if pending:
+            calls = f"{pending} forward_backward call{'s' if pending > 1 else ''}"
+            raise TinkerUserError(
+                f"save_state refused: training client {model_id!r} has gradients from {calls} waiting "
+                "for optim_step, and a checkpoint holds no gradients; call optim_step first, or drop "
+                "them by loading a saved state (create_training_client_from_state_with_optimizer, or "
+                "load_state_with_optimizer on this client)"
+            )
+
     def save_state(self, model_id: str, directory: Path) -> None:
         """Write the client's adapter (``adapter.safetensors``), its AdamW state (``optimizer.pt``) and
         its LoRA settings (``state.json``) into ``directory``: what ``load_state`` needs to continue
-        bit-identically."""
+        bit-identically.
+
+        Refused (``TinkerUserError``, before anything is written) while a ``forward_backward``'s
+        gradients wait for ``optim_step``: they are not part of a checkpoint, and dropping them
+        silently would make the resumed run differ (``check_no_pending_gradients``)."""
+        self.check_no_pending_gradients(model_id)
         state = self.client(model_id)
         own = f".{_adapter(model_id)}."
         tensors = {
@@ -213,7 +234,8 @@ class TrainingHost:
 
     def load_state(self, model_id: str, directory: Path, *, optimizer: bool) -> None:
         """Put a saved adapter (and, with ``optimizer``, its AdamW state) into an existing client of
-        the same LoRA settings."""
+        the same LoRA settings. Gradients waiting for ``optim_step`` are discarded: they belong to
+        the weights being replaced."""
         state = self.client(model_id)
         saved = self.saved_spec(directory)
         if saved != state.spec:
@@ -234,6 +256,7 @@ class TrainingHost:
             state.optimizer.state.clear()
         for parameter in state.parameters:
             parameter.grad = None
+        state.pending_backwards = 0
 
     # --- optimizer ---------------------------------------------------------------------------
 

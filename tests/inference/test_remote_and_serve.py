@@ -19,12 +19,14 @@ from fastapi import FastAPI
 from safetensors.torch import load_file, save_file
 from transformers import AutoTokenizer
 
+from aloft.data import build_dataset, validate_row
 from aloft.inference import InferenceEngine, make_engine, registered_engines
-from aloft.inference.capture import load_sessions
+from aloft.inference.capture import CaptureStore, load_sessions
 from aloft.inference.hf import HFEngine
 from aloft.inference.remote import RemoteEngine, RemoteEngineError
 from aloft.inference.scripted import ScriptedEngine
 from aloft.inference.server import ServerThread, build_app
+from aloft.rollout import EpisodeLimits, Generator
 from aloft.types import GenerationRequest, SamplingParams
 
 KEY = "sekret"
@@ -110,6 +112,52 @@ def test_a_sessions_next_turn_reuses_the_served_engines_cache(tiny_model_dir, to
         finally:
             remote.close()
     engine.close()
+
+
+def test_ended_sessions_free_the_served_engines_cache(tiny_model_dir, tokenizer, prompt, tmp_path):
+    """Multi-turn episodes through the remote engine over two ``aloft serve`` on hf engines: when
+    each ends, the generator ends its session, the remote engine forgets its pin and tells its server,
+    which frees the KV kept for a next turn. ``POST /sessions/end`` covers an n=2 request's per-sample
+    sessions; a captured session's posted reward ends it too."""
+    engines = [HFEngine(tiny_model_dir), HFEngine(tiny_model_dir)]
+    capture = CaptureStore(tmp_path / "capture")
+    apps = [build_app(engines[0], tokenizer, capture=capture), build_app(engines[1], tokenizer)]
+    with ServerThread(apps[0]) as a, ServerThread(apps[1]) as b:
+        remote = RemoteEngine([a.url, b.url], timeout_s=30)
+        try:
+            gen = Generator(
+                remote,
+                tokenizer,
+                limits=EpisodeLimits(max_turns=3, max_total_tokens=200),
+                env_configs={"arithmetic": {"max_turns": 3}},
+            )
+            rows = [
+                validate_row(r, i, "test") for i, r in enumerate(build_dataset("arithmetic", n=4, seed=3))
+            ]
+            groups = gen.generate_sync(
+                rows, n=2, sampling=SamplingParams(max_tokens=8, temperature=1.0), seed=1
+            )
+            assert sum(t.info["turns"] for g in groups for t in g.trajectories) > 8  # later turns ran
+            assert all(e.stats.requests > 0 for e in engines)  # both servers served episodes
+            assert sum(e.prefix_cache.hits for e in engines) > 0
+            assert [len(e.prefix_cache) for e in engines] == [0, 0] and not remote._sessions
+
+            headers = {"X-Session-Id": "s"}
+            body = {"prompt": prompt, "max_tokens": 4, "n": 2, "temperature": 1.0}
+            assert httpx.post(f"{b.url}/v1/completions", json=body, headers=headers).status_code == 200
+            assert len(engines[1].prefix_cache.histories) == 2  # sessions s/0 and s/1
+            ended = httpx.post(f"{b.url}/sessions/end", json={"session_ids": ["s"]})
+            assert ended.json() == {"status": "ok", "ended": 1} and len(engines[1].prefix_cache) == 0
+
+            chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+            assert httpx.post(f"{a.url}/sessions/agent-1/v1/chat/completions", json=chat).status_code == 200
+            assert len(engines[0].prefix_cache.histories) == 1
+            httpx.post(f"{a.url}/sessions/agent-1/reward", json={"reward": 1.0}).raise_for_status()
+            assert len(engines[0].prefix_cache) == 0
+        finally:
+            remote.close()
+    for engine in engines:
+        engine.close()
 
 
 def test_http_api_key_and_openai_fields(served, prompt):

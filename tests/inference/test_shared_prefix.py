@@ -14,7 +14,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from aloft.inference.hf import HFEngine
-from aloft.inference.prefix_cache import CachedHistory, PrefixCache
+from aloft.inference.prefix_cache import CachedHistory, CachedSegment, PrefixCache
 from aloft.inference.shared_prefix import (
     SHARED_PREFIX_ATTENTION,
     SegmentBatch,
@@ -289,6 +289,57 @@ def test_the_cache_keeps_to_its_budget_least_recently_used_out():
     assert cache.take_history([1, 2, 11, 11, 11, 11, 5], set()) is None  # its segment is gone: useless
     with pytest.raises(ValueError, match="max_bytes must be >= 0"):
         PrefixCache(max_bytes=-1)
+
+
+def _history(segment, marker, tokens=2):
+    keys = [torch.zeros(1, tokens, 4)]  # 16 bytes a token
+    return CachedHistory(
+        segment=segment, tokens=(marker,) * tokens, keys=keys, values=[k.clone() for k in keys]
+    )
+
+
+def _segment():
+    keys = [torch.zeros(1, 3, 4)]
+    return CachedSegment(keys=keys, values=[k.clone() for k in keys], logits=torch.zeros(8))
+
+
+def test_ending_a_session_frees_its_histories_and_the_segments_no_other_history_continues():
+    cache = PrefixCache(max_bytes=1 << 20)
+    a, b = (1, 2), (3, 4)
+    cache.add_segment(a, _segment())
+    cache.add_segment(b, _segment())
+    cache.add_history(_history(a, 10), "g0/1")  # two samples of group 0 share segment a
+    cache.add_history(_history(a, 11), "g0/2")
+    cache.add_history(_history(b, 12), "g1/1/0")  # a server's sample 0 of an n=2 request
+    cache.add_history(_history(b, 13), "g1/12")  # "g1/1" must not cover "g1/12"
+    cache.add_history(_history(b, 14))  # a history without a session: left to eviction
+
+    cache.release_sessions(["g0/1"])
+    assert {h.tokens[0] for h in cache.histories.values()} == {11, 12, 13, 14}
+    assert a in cache.segments  # g0/2's history still continues it
+    cache.release_sessions(["g0/2", "no-such-session"])
+    assert a not in cache.segments and {h.tokens[0] for h in cache.histories.values()} == {12, 13, 14}
+    cache.release_sessions(["g1/1"])
+    assert {h.tokens[0] for h in cache.histories.values()} == {13, 14} and b in cache.segments
+    cache.release_sessions(["g1/12"])
+    assert b in cache.segments  # the session-less history continues it
+    assert cache.nbytes == sum(x.nbytes for x in [*cache.histories.values(), *cache.segments.values()])
+
+
+def test_a_session_ended_during_a_batch_is_released_at_the_batchs_next_safe_point():
+    cache = PrefixCache(max_bytes=1 << 20)
+    cache.add_history(_history((1,), 10), "s")
+    with cache.in_use():
+        cache.release_sessions(["s"])  # from the event loop while the compute thread decodes
+        assert len(cache.histories) == 1  # not between finding an entry and using it
+        cache.apply_released()
+        assert len(cache.histories) == 0
+        cache.add_history(_history((1,), 11), "t")
+        cache.release_sessions(["t"])
+    assert len(cache.histories) == 0 and cache.nbytes == 0  # the batch's end applies the rest
+    cache.add_history(_history((1,), 12), "u")
+    cache.release_sessions(["u"])  # no batch running: at once
+    assert len(cache.histories) == 0 and cache.nbytes == 0
 
 
 @pytest.mark.slow

@@ -309,6 +309,27 @@ def _two_samples_a_row(
         engine.close()
 
 
+def test_ended_episodes_leave_nothing_in_the_prefix_cache(tiny_model_dir, tokenizer):
+    """Multi-turn episodes reuse their histories turn to turn, and once every episode has ended the
+    engine holds none of their KV (before, each episode's last turn stayed until LRU eviction)."""
+    engine = make_engine("hf", model_or_path=tiny_model_dir, tokenizer=tokenizer, dtype="float32")
+    try:
+        gen = Generator(
+            engine,
+            tokenizer,
+            limits=EpisodeLimits(max_turns=3, max_total_tokens=200),
+            env_configs={"arithmetic": {"max_turns": 3}},
+        )
+        groups = gen.generate_sync(
+            rows(4), n=2, sampling=SamplingParams(max_tokens=12, temperature=1.0), seed=4
+        )
+        assert sum(t.info["turns"] - 1 for g in groups for t in g.trajectories) > 0  # later turns ran
+        assert engine.prefix_cache.hits > 0  # and continued their histories
+        assert len(engine.prefix_cache) == 0 and engine.prefix_cache.nbytes == 0
+    finally:
+        engine.close()
+
+
 def test_multi_turn_episodes_prefill_each_history_once_and_equal_runs_without_the_cache(
     tiny_model_dir, tokenizer
 ):

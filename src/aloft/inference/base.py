@@ -24,6 +24,20 @@ def supports_lora_sync(engine: Any) -> bool:
     return callable(getattr(engine, "update_lora", None))
 
 
+async def end_sessions(engine: Any, session_ids: list[str]) -> None:
+    """Tell ``engine`` the sessions made their last request, where it keeps state per session.
+
+    An engine may define ``async end_sessions(session_ids)``: the hf engine frees the KV cache it
+    kept for the sessions' next turns, the remote engine forgets their server pins and passes the
+    call on to ``aloft serve``. vLLM and SGLang need nothing: their prefix caches are blocks of a
+    pool sized once, which finished requests return for reuse. Each id also covers the per-sample
+    sessions ``<id>/<k>`` a server makes of an ``n > 1`` request.
+    """
+    end = getattr(engine, "end_sessions", None)
+    if callable(end) and session_ids:
+        await end(session_ids)
+
+
 @runtime_checkable
 class InferenceEngine(Protocol):
     """Token-in / token-out generation with weight sync, for rollouts.

@@ -388,8 +388,9 @@ class BatchDecoder:
         done = [(self.handles[p], self._completion(self.rows[p])) for p in finished]
         if finished and self.prefix_cache is not None and self.prefix_cache.max_bytes > 0:
             for p in finished:
-                if self.rows[p].request.session_id is not None:  # a trajectory that may have a next turn
-                    self.prefix_cache.add_history(self._history_of(p))
+                session_id = self.rows[p].request.session_id
+                if session_id is not None:  # a trajectory that may have a next turn
+                    self.prefix_cache.add_history(self._history_of(p), session_id)
         if finished:
             order = _fill_holes(len(self.rows), finished)
             self._keep(order)

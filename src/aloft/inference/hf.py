@@ -251,6 +251,11 @@ class HFEngine:
         logprobs = logits.log_softmax(-1).gather(-1, ids[0, 1:, None])[:, 0]
         return [None, *logprobs.tolist()]
 
+    async def end_sessions(self, session_ids: list[str]) -> None:
+        """The sessions (and their samples ``<id>/<k>``) made their last request: free the KV the
+        prefix cache kept for their next turn, at once (between decode steps if a batch runs)."""
+        self.prefix_cache.release_sessions(session_ids)
+
     async def pause(self) -> None:
         """Start no new batch until ``resume()``; returns once the batch in flight (if any) is done.
 
@@ -295,26 +300,30 @@ class HFEngine:
             max_rows=self.max_batch_size,
             prefix_cache=self.prefix_cache,
         )
-        try:
-            while True:
-                if decoder.can_admit and len(decoder) < self.max_batch_size:
-                    joining = take(self.max_batch_size - len(decoder))
-                    if joining:
-                        requests = [request for request, _, _ in joining]
-                        prefilled, admitting = decoder.prefilled_tokens, time.perf_counter()
-                        decoder.admit(requests, [seed for _, seed, _ in joining], [h for _, _, h in joining])
-                        self.stats.batches += 1
-                        self.stats.requests += len(requests)
-                        self.stats.prompt_tokens += sum(len(r.prompt_ids) for r in requests)
-                        self.stats.prefilled_tokens += decoder.prefilled_tokens - prefilled
-                        self.stats.prefill_seconds += time.perf_counter() - admitting
-                if not len(decoder):
-                    return
-                for handle, completion in decoder.step():
-                    self.stats.completion_tokens += len(completion.token_ids)
-                    deliver(handle, completion)
-        finally:
-            self.stats.busy_seconds += time.perf_counter() - started
+        with self.prefix_cache.in_use():  # sessions ended meanwhile wait for a safe point
+            try:
+                while True:
+                    self.prefix_cache.apply_released()
+                    if decoder.can_admit and len(decoder) < self.max_batch_size:
+                        joining = take(self.max_batch_size - len(decoder))
+                        if joining:
+                            requests = [request for request, _, _ in joining]
+                            prefilled, admitting = decoder.prefilled_tokens, time.perf_counter()
+                            decoder.admit(
+                                requests, [seed for _, seed, _ in joining], [h for _, _, h in joining]
+                            )
+                            self.stats.batches += 1
+                            self.stats.requests += len(requests)
+                            self.stats.prompt_tokens += sum(len(r.prompt_ids) for r in requests)
+                            self.stats.prefilled_tokens += decoder.prefilled_tokens - prefilled
+                            self.stats.prefill_seconds += time.perf_counter() - admitting
+                    if not len(decoder):
+                        return
+                    for handle, completion in decoder.step():
+                        self.stats.completion_tokens += len(completion.token_ids)
+                        deliver(handle, completion)
+            finally:
+                self.stats.busy_seconds += time.perf_counter() - started
 
     def _load_weights(self, weights: list[tuple[str, Any]] | str | os.PathLike[str], version: int) -> None:
         # Tied weights appear under both names (remove_duplicate=False); copying either updates both.

@@ -24,7 +24,8 @@ other servers ignore what they do not know).
   ``/pause?mode=keep`` and ``/resume``. ``"sglang"``: requests go to SGLang's native ``/generate``
   (``aloft.inference.sglang_engine``), ``update_weights`` to ``/update_weights_from_disk``,
   ``pause``/``resume`` to ``/pause_generation`` and ``/continue_generation``, and ``sleep``/``wake_up``
-  to ``/release_memory_occupation`` and ``/resume_memory_occupation``. The checkpoint path must be readable by the servers (a shared
+  to ``/release_memory_occupation`` and ``/resume_memory_occupation``. ``end_sessions`` goes to
+  ``aloft serve``'s ``/sessions/end`` (the others keep no per-session memory). The checkpoint path must be readable by the servers (a shared
   filesystem); named tensors are first saved as a temporary checkpoint directory under
   ``weights_dir`` (default: the system temp dir), removed once every server has loaded it.
   For the other kinds ``sleep``/``wake_up`` are no-ops: the servers own their memory.
@@ -173,6 +174,22 @@ class RemoteEngine:
 
     async def resume(self) -> None:
         await self._broadcast(*_CONTROL[self.server]["resume"])
+
+    async def end_sessions(self, session_ids: list[str]) -> None:
+        """The sessions made their last request: forget their server pins, and have ``aloft serve``
+        free their KV (``POST /sessions/end`` to the server each was pinned to; all servers for one
+        no longer pinned). vLLM and SGLang servers need nothing: their KV blocks are a fixed pool
+        that finished requests return for reuse."""
+        by_server: dict[int, list[str]] = {}
+        for session in session_ids:
+            index = self._sessions.pop(session, None)
+            for target in range(len(self.urls)) if index is None else [index]:
+                by_server.setdefault(target, []).append(session)
+        if self.server != "aloft":
+            return
+        await asyncio.gather(
+            *(self._post_json(i, "/sessions/end", {"session_ids": ids}) for i, ids in by_server.items())
+        )
 
     async def _load_on_servers(self, path: str, version: int) -> None:
         if self.server == "aloft":

@@ -40,6 +40,11 @@ Endpoints:
   JSON object with a ``name``, as Llama 3.x and SmolLM2 write them) come back as
   ``message.tool_calls`` with ``finish_reason: "tool_calls"``, and ``content`` is what is left
   (None if nothing). Each choice also has ``token_ids``.
+- ``POST /sessions/end`` ``{"session_ids": [...]}``: those sessions (``X-Session-Id``, or the id in
+  a ``/sessions/<id>/v1`` base URL; each also covers its samples ``<id>/<k>``) made their last
+  request, so the engine frees what it kept for their next turn (the hf engine's KV cache) at once.
+  aloft's remote engine sends it when a trajectory ends; a captured session's posted reward ends it
+  too. Without it a finished session's KV stays until least-recently-used eviction.
 - ``GET /v1/models``, ``GET /health`` (``{"status": "ok", "version": N, "paused": bool}``).
 - Errors have OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``: 400 for a bad
   request (a malformed body too, naming the field), 401 for a missing or wrong key, 503 while the
@@ -64,7 +69,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from aloft.inference.base import InferenceEngine
+from aloft.inference.base import InferenceEngine, end_sessions
 from aloft.inference.capture import CaptureStore, reply_key
 from aloft.inference.chat_messages import prepare_messages
 from aloft.inference.openai_format import (
@@ -121,6 +126,10 @@ class ChatBody(_Sampling):
 
 class RewardBody(BaseModel):
     reward: float = Field(allow_inf_nan=False)
+
+
+class EndSessionsBody(BaseModel):
+    session_ids: list[str]
 
 
 class UpdateWeightsBody(BaseModel):
@@ -313,7 +322,13 @@ def build_app(
                 status_code=404, detail="this server captures no sessions (aloft serve --capture DIR)"
             )
         capture.post_reward(session, body.reward)
+        await end_sessions(engine, [session])  # a reward closes the episode: free its KV
         return {"status": "ok", "session": session, "reward": body.reward}
+
+    @app.post("/sessions/end", dependencies=auth)
+    async def _end_sessions(body: EndSessionsBody) -> dict[str, Any]:
+        await end_sessions(engine, body.session_ids)
+        return {"status": "ok", "ended": len(body.session_ids)}
 
     if control:
         _control_routes(app, engine, auth, state)

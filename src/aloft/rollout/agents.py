@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from aloft.gym.agent import AgentEndpoint, AgentEnv
-from aloft.inference.base import InferenceEngine
+from aloft.inference.base import InferenceEngine, end_sessions
 from aloft.inference.capture import CaptureStore, SessionPolicy, session_trajectories
 from aloft.types import InfrastructureError, Message, SamplingParams, Trajectory
 
@@ -118,6 +118,7 @@ class AgentSessions:
             run = await in_thread(env.play, endpoint, prompt)
         finally:
             calls, truncated, posted = self.capture.close(session)
+            await end_sessions(self.engine, [session])  # the program is done: free its KV
         if not calls:
             raise InfrastructureError(
                 f"agent program made no request to its endpoint (exit status {run.exit_code}): "

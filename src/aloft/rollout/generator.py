@@ -38,7 +38,7 @@ from typing import Any, Protocol, TypeVar
 
 from aloft.gym import Env, make
 from aloft.gym.agent import AgentEnv
-from aloft.inference.base import InferenceEngine
+from aloft.inference.base import InferenceEngine, end_sessions
 from aloft.rollout.agents import AgentSessions
 from aloft.rollout.env_calls import EnvCallTimeout, EnvThreads
 from aloft.seeds import mix_seed
@@ -176,6 +176,12 @@ class Generator:
         """A blocking call off the loop with no deadline (an agent program's play and score)."""
         return await self.env_threads.run(fn, *args, timeout_s=None, what=getattr(fn, "__name__", "call"))
 
+    async def _end_session(self, session_id: str) -> None:
+        try:
+            await end_sessions(self.engine, [session_id])
+        except Exception as exc:  # memory comes back by eviction anyway; the trajectory stands
+            logger.warning("engine could not end session %s: %r", session_id, exc)
+
     async def _env_call(self, fn: Callable[..., T], *args: Any, what: str) -> T:
         """An env call off the loop, failing with ``EnvCallTimeout`` past ``env_timeout_s``."""
         return await self.env_threads.run(fn, *args, timeout_s=self.env_timeout_s, what=what)
@@ -256,6 +262,7 @@ class Generator:
         failing = "env"  # which side an exception comes from: "env" or "engine"
         played: list[Trajectory] = []
         env_hung = False
+        session_id = f"{group_id}/{seed}"  # the engine keeps this trajectory's KV for its next turn
         try:
             env = await self._env_call(
                 self.env_factory,
@@ -293,7 +300,7 @@ class Generator:
                         sampling=replace(
                             sampling, max_tokens=min(sampling.max_tokens, budget), seed=mix_seed(seed, turn)
                         ),
-                        session_id=f"{group_id}/{seed}",
+                        session_id=session_id,
                     )
                     failing = "engine"
                     if submit is not None:
@@ -343,6 +350,8 @@ class Generator:
             rewards = [0.0] * len(completion_ids)
             env_hung = isinstance(exc, EnvCallTimeout)
         finally:
+            if segments:  # the episode is over: its last turn's KV serves no next turn
+                await self._end_session(session_id)
             metrics = {}
             if env is not None and env_hung:  # its state is unknown and close may hang too: off the loop
                 threading.Thread(target=_close_quietly, args=(env, env_class), daemon=True).start()

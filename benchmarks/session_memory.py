@@ -12,7 +12,9 @@ rounds of episodes (real ``Generator``, the ``arithmetic`` env at 3 turns, which
 always uses up, the hf engine with its prefix cache on, no weight update between rounds) twice, each
 in a fresh process so the two do not share an allocator: once as aloft runs, once with the engine's
 ``end_sessions`` turned into a no-op (what happened before sessions were ended: the KV stayed until
-least-recently-used eviction), and both again with oneDNN's kernel cache off (``CONFIGS``). Printed
+least-recently-used eviction), once with no prefix cache at all (``engine.prefix_cache_gb=0``: the
+growth that has nothing to do with it), and the first two again with oneDNN's kernel cache off
+(``CONFIGS``). Printed
 per round: the process's RSS and the bytes the prefix cache holds; then the creep, the last round's
 RSS minus the first's (``1->N``) and minus the second's (``2->N``: past the first round's warm-up of
 allocator arenas and kernels, what keeps growing).
@@ -22,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import json
 import os
 import subprocess
@@ -36,6 +37,9 @@ from aloft.inference.hf import HFEngine
 from aloft.models import build_tiny_model, load_tokenizer
 from aloft.rollout import EpisodeLimits, Generator
 from aloft.types import SamplingParams
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import machine_info
 
 MiB = 2**20
 
@@ -52,7 +56,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     """The rounds in this process: RSS and prefix-cache bytes after each."""
     path = build_tiny_model(Path(tempfile.mkdtemp()) / "tiny", hidden_size=64, num_layers=2, seed=0)
     tokenizer = load_tokenizer(path)
-    engine = HFEngine(path, tokenizer, dtype="float32", prefix_cache_gb=2.0)
+    cache_gb = 0.0 if args.mode == "off" else 2.0
+    engine = HFEngine(path, tokenizer, dtype="float32", prefix_cache_gb=cache_gb)
     if args.mode == "kept":
 
         async def keep(session_ids: list[str]) -> None:  # the old behaviour: nothing ended
@@ -98,16 +103,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.partition(":")[2].strip()
-    return "unknown CPU"
-
-
 CONFIGS = {
     "kept": ("kept", None),
     "ended": ("ended", None),
+    "prefix cache off": ("off", None),
     "kept, oneDNN cache off": ("kept", "0"),
     "ended, oneDNN cache off": ("ended", "0"),
 }
@@ -123,7 +122,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--trajectories", type=int, default=256, help="per round")
     parser.add_argument("--samples", type=int, default=4, help="per prompt (a group shares its prompt's KV)")
     parser.add_argument("--turn-tokens", type=int, default=32)
-    parser.add_argument("--mode", choices=["ended", "kept"], default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--mode", choices=["ended", "kept", "off"], default=None, help=argparse.SUPPRESS)
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
     if args.mode is not None:  # a child: one mode, its figures on stdout's last line
@@ -139,13 +138,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             env["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = onednn_cache
         done = subprocess.run([*child, "--mode", mode], capture_output=True, text=True, check=True, env=env)
         results[label] = json.loads(done.stdout.strip().splitlines()[-1])
-    from aloft.models.precision import cpu_flags
-
     figures = {
         "benchmark": "session_memory",
-        "date": datetime.date.today().isoformat(),
-        "cpu": cpu_name(),
-        "cpu_flags": sorted(cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_bf16"}),
+        **machine_info(),
         "settings": {k: v for k, v in vars(args).items() if k not in ("mode", "json")},
         "runs": results,
     }

@@ -213,7 +213,27 @@ def test_multiturn_runs_real_sql_episodes_and_reuse_cuts_prefill(tmp_path, capsy
     assert reprefilled["prefilled_tokens"] >= 3 * sum(reprefilled["prompt_tokens"])
     assert cached["prefilled_tokens"] < reprefilled["prefilled_tokens"] / 2
     assert figures["prefill_ratio"] > 2
+    assert figures["cpu"] and figures["date"] and len(cached["completion_sha256"]) == 64
     assert "ratio (re-prefilled / cache)" in capsys.readouterr().out
+
+
+def test_session_memory_shows_ended_sessions_leave_no_cache(tmp_path, capsys):
+    """Two small rounds in each configuration's own process: ended sessions leave the prefix cache
+    empty after every round; kept ones fill it round after round; no cache holds nothing."""
+    bench = load_benchmark("session_memory")
+    out = tmp_path / "memory.json"
+    bench.main(
+        ["--rounds", "2", "--trajectories", "8", "--samples", "2", "--turn-tokens", "4", "--json", str(out)]
+    )
+    figures = json.loads(out.read_text())
+    runs = figures["runs"]
+    assert figures["cpu"] and figures["date"] and set(runs) == set(bench.CONFIGS)
+    for label in ("ended", "prefix cache off", "ended, oneDNN cache off"):
+        assert [r["prefix_cache_mib"] for r in runs[label]["rounds"]] == [0.0, 0.0]
+    kept = [r["prefix_cache_mib"] for r in runs["kept"]["rounds"]]
+    assert 0 < kept[0] < kept[1]
+    assert all(r["turns"] == 3 * 8 for run in runs.values() for r in run["rounds"])
+    assert "2->N" in capsys.readouterr().out
 
 
 def test_lora_sync_runs(tmp_path, capsys):

@@ -108,8 +108,12 @@ def prepare() -> int:
     return subprocess.call(command)
 
 
-def check_inputs(model: str) -> list[str]:
-    """What the run needs and lacks, each as the line that says how to get it."""
+TRL_WHEELS = {"trl", "datasets", "dill", "multiprocess"}
+"""The wheels only the ``grpo_vs_trl`` check needs."""
+
+
+def check_inputs(model: str, checks: list[str]) -> list[str]:
+    """What a run of ``checks`` needs and lacks, each as the line that says how to get it."""
     problems = []
     if model != "tiny" and not all(
         (Path(model) / name).exists() for name in ("config.json", "tokenizer.json")
@@ -118,6 +122,8 @@ def check_inputs(model: str) -> list[str]:
             f"no SmolLM2 config and tokenizer at {model}: run `bash scripts/gpu_check.sh --prepare` here"
         )
     for package, module in WHEELS.items():
+        if package in TRL_WHEELS and "grpo_vs_trl" not in checks:
+            continue
         carried = list((PREPARED / "wheels").glob(f"{package.replace('-', '_')}-*.whl"))
         if importlib.util.find_spec(module) is None and not carried:
             problems.append(
@@ -444,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.prepare:
         return prepare()
     print_plan(args)
-    problems = check_inputs(args.model)
+    problems = check_inputs(args.model, args.only.split(",") if args.only else list(CHECKS))
     for problem in problems:
         print(f"MISSING {problem}")
     if args.dry_run or problems:

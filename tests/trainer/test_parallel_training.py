@@ -25,7 +25,14 @@ BASE = [
     "optim.micro_batch_size=4",
     "optim.packing=false",  # padded micro-batches here; PACKED below packs (the default, optim.packing=auto)
 ]
-COMPARED = ("reward/mean", "policy/loss", "policy/grad_norm", "logprob/sampler_abs_diff")
+COMPARED = (
+    "reward/mean",
+    "policy/loss",
+    "policy/grad_norm",
+    "logprob/sampler_abs_diff",
+    "policy/update_kl",
+    "policy/update_rel_norm",
+)
 
 
 def steps(config) -> list[dict]:

@@ -164,7 +164,8 @@ def test_run_directory_contents(tiny_overrides):
         "timing/train_s",
         "throughput/tokens_per_s",
         "policy/entropy",
-        "policy/clip_frac",
+        "policy/update_kl",
+        "policy/update_rel_norm",
         "completion/mean_len",
         "mask/env_token_share",
     ):

@@ -316,6 +316,14 @@ class TrainerConfig(Section):
     save_rollouts: bool = True
     """Write every step's trajectories to <run>/rollouts/step_<n>.jsonl, with what the update used
     (each trajectory's advantage and the trainer's logprobs): what `aloft report` browses."""
+    update_kl_rows: NonNegativeInt = 8
+    """Rows of each step's batch (evenly spaced) on which ``policy/update_kl``, the KL between the
+    policy before and after the step's update, is measured: one forward pass of them after the
+    update (0 turns it off; ``aloft.trainer.update_size``)."""
+    update_rel_norm: bool = True
+    """Log ``policy/update_rel_norm``, ||theta_after - theta_before|| / ||theta_before|| over the
+    trained parameters; keeps a copy of them during the update (LoRA: tiny; a full fine-tune: one
+    more copy of the weights)."""
     rollouts_per_step: NonNegativeInt = 0
     """Most trajectories a rollouts file keeps, whole groups first (0: all); failed ones are always kept."""
     max_error_share: float = Field(0.5, ge=0.0, le=1.0)

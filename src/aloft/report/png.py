@@ -21,6 +21,8 @@ MAIN_CURVES = [
     "eval/pass@1",
     "completion/mean_len",
     "policy/entropy",
+    "policy/update_kl",
+    "policy/update_rel_norm",
     "policy/approx_kl",
     "policy/clip_frac",
     "logprob/sampler_abs_diff",

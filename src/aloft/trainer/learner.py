@@ -37,6 +37,7 @@ from aloft.models.device import free_cached_memory, resolve_device, use_device
 from aloft.seeds import mix_seed
 from aloft.trainer.sessions import SESSION_ESTIMATORS, session_leads, shared_session_advantages
 from aloft.trainer.step_metrics import env_token_share, sampler_logprob_diff
+from aloft.trainer.update_size import ZERO_ON_POLICY, UpdateProbe
 from aloft.training import CriticWorker, OptimSettings, PolicyWorker, ReferenceWorker, TrainBatch, collate
 from aloft.training.strategies import FSDP2, DeepSpeedZeRO, Strategy
 from aloft.training.ulysses import Ulysses
@@ -120,6 +121,14 @@ class Learner:
         metrics["advantage/abs_mean"] = _masked_mean(advantages.abs(), batch.loss_mask)
 
         max_len = self.cfg.generator.max_total_tokens
+        trainer = self.cfg.trainer
+        probe = UpdateProbe(
+            self.policy,
+            batch,
+            old_logprobs,
+            kl_rows=trainer.update_kl_rows,
+            rel_norm=trainer.update_rel_norm,
+        )
         for epoch in range(algo.ppo_epochs):
             mini_batches = self._mini_batches(batch, len(groups), step, epoch)
             policy_metrics = self.policy.update(
@@ -137,6 +146,10 @@ class Learner:
                 )
             if epoch == 0:
                 metrics.update(policy_metrics)
+        metrics.update(probe.finish())
+        if on_policy:  # the ratio is 1 by construction: these say nothing (aloft.trainer.update_size)
+            for name in ZERO_ON_POLICY:
+                metrics.pop(name, None)
         metrics["train/policy_tokens"] = float(batch.loss_mask.sum())
         if self.cfg.trainer.save_rollouts:  # what the rollouts file records next to each trajectory
             trainer_logprobs = old_logprobs if old_logprobs is not None else self.policy.update_logprobs

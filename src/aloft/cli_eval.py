@@ -60,6 +60,23 @@ def add_eval_parser(sub: Any, add_debug: Callable[[argparse.ArgumentParser], Non
         default=None,
         help="write the eval trajectories here (default for a run: RUN/eval/<which>.jsonl)",
     )
+    ev.add_argument(
+        "--compare",
+        default=None,
+        metavar="OTHER",
+        help="a second model, run or checkpoint on the same rows and settings (the first's): the "
+        "paired gain in items solved, its 95%% CI and the exact McNemar p (needs --n 1)",
+    )
+    ev.add_argument(
+        "--solved-reward",
+        type=float,
+        default=None,
+        help="--compare: an item is solved when its reward reaches this (default: as pass@1 counts "
+        "it, the env's correct metric or a reward above 0)",
+    )
+    ev.add_argument(
+        "--comparison-out", default=None, help="--compare: write the per-item outcomes and the result here"
+    )
     add_debug(ev)
 
 
@@ -106,12 +123,55 @@ def run_eval_command(args: argparse.Namespace) -> int:
         urls=args.url,
         dtype=args.dtype,
     )
+    if args.compare is not None:
+        return _compare(args, source, rows, settings)
     metrics, groups, tokenizer = run_eval(source, rows, settings)
     rollouts = Path(args.rollouts) if args.rollouts else default_rollouts_path(source)
     if rollouts is not None:
         write_eval_rollouts(rollouts, groups, tokenizer)
         print(f"aloft: eval trajectories in {rollouts}", file=sys.stderr)
     print(json.dumps({k: round(v, 4) for k, v in metrics.items()}, indent=1))
+    return 0
+
+
+def _compare(args: argparse.Namespace, source: Any, rows: list[Any], settings: Any) -> int:
+    """``--compare``: both sides on ``rows`` with the first side's resolved settings, then the paired
+    comparison (``aloft.trainer.paired``); each side's trajectories go to its run's ``eval/``."""
+    from aloft.trainer.eval_command import (
+        default_rollouts_path,
+        resolve_eval_source,
+        run_eval,
+        write_eval_rollouts,
+    )
+    from aloft.trainer.paired import compare, solved_by_item
+
+    if args.n != 1:
+        raise ValueError(f"--compare pairs one sample an item: use --n 1 (got --n {args.n})")
+    if args.rollouts:
+        raise ValueError("--rollouts names one file; with --compare each side's go to its run's eval/")
+    other = resolve_eval_source(args.compare)
+    settings = settings.resolved(source)  # the same settings for both sides
+    sides = {}
+    for name, side in (("a", source), ("b", other)):
+        metrics, groups, tokenizer = run_eval(side, rows, settings)
+        if (rollouts := default_rollouts_path(side)) is not None:
+            write_eval_rollouts(rollouts, groups, tokenizer)
+            print(f"aloft: {name} trajectories in {rollouts}", file=sys.stderr)
+        sides[name] = (side, metrics, solved_by_item(groups, args.solved_reward))
+    result, items = compare(sides["a"][2], sides["b"][2], seed=args.seed)
+    summary = {
+        name: {"model": args.model if name == "a" else args.compare, "label": side.label, **metrics}
+        for name, (side, metrics, _) in sides.items()
+    } | {"comparison": result.as_dict(), "solved_reward": args.solved_reward}
+    if args.comparison_out:
+        Path(args.comparison_out).write_text(json.dumps({**summary, "items": items}, indent=1))
+    print(json.dumps(summary, indent=1))
+    print(
+        f"aloft: b - a = {result.gain:+.1%} of {result.items} items (95% CI {result.ci_low:+.1%} to "
+        f"{result.ci_high:+.1%}; only a {result.only_a}, only b {result.only_b}; McNemar p = "
+        f"{result.p_value:.3g})",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -9,8 +9,9 @@ them out there). These two are measured around the step's optimizer steps instea
   the step's own batch (``trainer.update_kl_rows`` rows, evenly spaced). The tokens were sampled
   from the policy before the update, so the k3 estimator ``exp(d) - 1 - d``, ``d = logprob_after -
   logprob_before``, is unbiased and never negative. It costs one forward pass of those rows after
-  the update (before it, the logprobs come from the update's own forward, or the old logprobs the
-  update computed anyway, when there are any).
+  the update. Before it, the logprobs come from the old logprobs the learner computed anyway, or
+  from the update's own forward (one process, exactly on-policy); only data-parallel ranks, which
+  each record their own rows, run a forward of the probe rows before the update too.
 - ``policy/update_rel_norm``: ``||theta_after - theta_before|| / ||theta_before||`` over the trained
   parameters (LoRA's A and B, or every weight). Each rank keeps a copy of its own part of them during
   the update: tiny for LoRA, one more copy of the weights for a full fine-tune

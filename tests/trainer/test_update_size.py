@@ -30,6 +30,9 @@ def test_update_kl_is_the_k3_estimate_over_policy_tokens():
     expected = sum(math.expm1(d) - d for d in (0.1, -0.2, 0.3)) / 3
     assert update_kl(before, after, mask) == pytest.approx(expected, rel=1e-6)  # float32 inputs
     assert update_kl(before, after, torch.zeros_like(mask)) == 0.0
+    # Padding no forward computed holds NaN (a short row's micro-batch is narrower than the batch).
+    padded = before.masked_fill(mask == 0, float("nan"))
+    assert update_kl(padded, after, mask) == pytest.approx(expected, rel=1e-6)
 
 
 def groups(count: int) -> list[TrajectoryGroup]:
@@ -41,8 +44,14 @@ def groups(count: int) -> list[TrajectoryGroup]:
 
 @pytest.mark.parametrize(
     "overrides",
-    [[], ["model.lora_rank=4", "model.lora_target_modules=[q_proj,v_proj]"], ["algorithm.mini_batches=2"]],
-    ids=["full", "lora", "two-mini-batches"],
+    [
+        [],
+        ["model.lora_rank=4", "model.lora_target_modules=[q_proj,v_proj]"],
+        ["algorithm.mini_batches=2"],
+        # rows of different lengths in micro-batches of their own width (NaN padding between them)
+        ["optim.packing=true", "optim.micro_batch_tokens=12"],
+    ],
+    ids=["full", "lora", "two-mini-batches", "narrow-micro-batches"],
 )
 def test_the_update_metrics_equal_a_direct_measurement(tiny_overrides, overrides):
     """One update on fixed groups: update_rel_norm is ||after - before|| / ||before|| over the trained

@@ -42,11 +42,13 @@ def probe_rows(num_rows: int, count: int) -> list[int]:
 
 def update_kl(before: torch.Tensor, after: torch.Tensor, mask: torch.Tensor) -> float:
     """k3 estimate of KL(before || after) per policy token, from ``[B, T]`` logprobs of tokens sampled
-    from ``before``: the masked mean of ``exp(d) - 1 - d`` with ``d = after - before`` (>= 0)."""
-    d = (after - before).double()
-    k3 = torch.expm1(d) - d
-    tokens = mask.double().sum()
-    return float((k3 * mask).sum() / tokens) if tokens > 0 else 0.0
+    from ``before``: the masked mean of ``exp(d) - 1 - d`` with ``d = after - before`` (>= 0).
+    Positions outside ``mask`` are never read (they may hold NaN: padding no forward computed)."""
+    policy_token = mask.bool()
+    if not policy_token.any():
+        return 0.0
+    d = (after[policy_token] - before[policy_token]).double()
+    return float((torch.expm1(d) - d).mean())
 
 
 def _own_part(parameter: torch.Tensor, rank: int) -> torch.Tensor | None:

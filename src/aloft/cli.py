@@ -158,7 +158,17 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         default=["multi_turn", "single_turn"],
         help="which policies to train (the report covers every run there is)",
     )
-    exp.add_argument("--eval-size", type=int, default=16, help="held-out questions per eval")
+    exp.add_argument(
+        "--stages",
+        nargs="+",
+        choices=["study", "train", "eval"],
+        default=["study", "train", "eval"],
+        help="what to run after the data and the warm start: the learning-rate study, the long runs, "
+        "the start/end evals on every question (default: all three, in that order)",
+    )
+    exp.add_argument(
+        "--eval-size", type=int, default=32, help="held-out questions in the runs' periodic eval"
+    )
     exp.add_argument("--train-size", type=int, default=0, help="training questions (0: all)")
     exp.add_argument("--quick", action="store_true", help="3 steps per run: a smoke test of the pipeline")
     exp.add_argument(
@@ -321,6 +331,7 @@ def _experiment(args: argparse.Namespace) -> int:
         quick=args.quick,
         hint=not args.no_hint,
         warm_start=args.warm_start,
+        stages=tuple(args.stages),
     )
     report = write_report(plan) if args.report_only else run_experiment(plan)
     print(report.read_text())

@@ -9,6 +9,9 @@ import yaml
 
 from aloft.cli import main
 from aloft.data import build_dataset
+from aloft.experiments.sql_evals import OUTCOME_FIELDS, read_outcomes
+from aloft.experiments.sql_stats import main as main_stats
+from aloft.experiments.sql_study import STUDY_CONFIGS, read_training_steps
 from aloft.experiments.warm_start import sql_demonstrations
 from aloft.inference import make_engine
 from aloft.models import build_tiny_model, load_tokenizer
@@ -99,18 +102,63 @@ def test_quick_experiment_end_to_end_and_resume(tmp_path, capsys):
         assert len(rollouts) == 3
     report = (out / "results.md").read_text()
     assert "The model before the warm start" in report
+    # The learning-rate study: every config a single-turn run of its own lr and rank from the warm
+    # start, its update size logged each step, its final policy evaluated on the fixed study set.
+    for name, config in STUDY_CONFIGS.items():
+        run = out / "study" / name
+        run_config = yaml.safe_load((run / "config.yaml").read_text())
+        assert run_config["optim"]["lr"] == config["lr"]
+        assert run_config["model"]["lora_rank"] == config["lora_rank"]
+        assert run_config["model"]["path"] == str(out / "warm_start" / "model")
+        assert run_config["trainer"]["prompts_per_step"] == 8 and run_config["generator"]["n_samples"] == 4
+        steps = read_training_steps(run)
+        assert [r["step"] for r in steps] == [1, 2]
+        # (a random tiny model's groups mostly tie at -1, so the size itself says little here)
+        assert all(r["policy/update_rel_norm"] >= 0 and r["policy/update_kl"] >= 0 for r in steps)
+        assert {r["env/turns"] for r in steps} == {1.0}  # single-turn rows
+        study_eval = read_outcomes(out / "evals" / name / "study_t1")
+        assert len(study_eval) == 3 and {r["protocol"] for r in study_eval} == {"study_t1"}
+    assert len(read_outcomes(out / "evals" / "warm_start" / "study_t1")) == 3
+    study = report.split("## Learning-rate study")[1].split("\n## ")[0]
+    assert sum(line.startswith(("| lr3e", "| lr1e")) for line in study.splitlines()) == len(STUDY_CONFIGS)
+    # The start/end evals: the warm start and both policies on every eval set, one record a question.
+    outcomes = json.loads((out / "outcomes.json").read_text())
+    assert {(r["model"], r["protocol"]) for r in outcomes} == {
+        (model, protocol)
+        for model in ("warm_start", "multi_turn-seed0", "single_turn-seed0")
+        for protocol in ("heldout_t5", "heldout_t1", "indomain_t5")
+    }
+    assert len(outcomes) == 27 and all(set(OUTCOME_FIELDS) <= set(r) for r in outcomes)
+    heldout = {r["question_id"] for r in outcomes if r["protocol"] == "heldout_t5"}
+    indomain = {r["db_id"] for r in outcomes if r["protocol"] == "indomain_t5"}
+    assert {r["db_id"] for r in outcomes if r["protocol"] == "heldout_t1"} <= {"flights", "library"}
+    assert not indomain & {"flights", "library"} and len(heldout) == 3
+    # Each start/end comparison is in the report, and the stats command recomputes it from the file.
+    assert main_stats([str(out / "outcomes.json")]) == 0
+    recomputed = capsys.readouterr().out
+    assert recomputed in report
+    assert recomputed.count("vs warm_start |") == 6 and recomputed.count("vs single_turn-seed0 |") == 3
     # Episode behaviour by step, for each run: 3 steps each.
     for variant in ("multi_turn", "single_turn"):
         table = report.split(f"Training episodes of {variant} seed 0")[1].split("\n\n")[1]
         assert [line.split(" | ")[0] for line in table.splitlines()[2:]] == ["| 1", "| 2", "| 3"]
     assert report.count("| multi_turn | 0 | 3 |") == 2 and report.count("| single_turn | 0 | 3 |") == 2
-    for plot in ("accuracy_by_step.png", "accuracy_by_time.png"):
+    # Where the time went, per run; each policy's 5-turn eval episodes counted (3 held-out, 3 in-domain).
+    times = report.split("## Where the time went")[1].split("\n## ")[0]
+    assert "| multi_turn-seed0 | 3 |" in times and "| lr3e-5_r16 | 2 |" in times
+    for model in ("multi_turn-seed0", "single_turn-seed0"):
+        assert f"### {model}: greedy eval episodes at 5 turns" in report
+    assert report.count("\n6 episodes; ") == 2
+    for plot in ("accuracy_by_step.png", "accuracy_by_time.png", "training_curves.png", "study_curves.png"):
         assert (out / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # A rerun finds the runs finished and only rewrites the report; --variants picks the policies.
     assert main([*argv, "--variants", "multi_turn"]) == 0
     captured = capsys.readouterr().out
-    assert "multi_turn-seed0: finished, skipped" in captured and "single_turn-seed0" not in captured
+    assert "multi_turn-seed0: finished, skipped" in captured
+    assert "[skyrl-sql] single_turn-seed0" not in captured
     assert "base-seed0: finished, skipped" in captured and "raw-seed0: finished, skipped" in captured
+    assert all(f"{name}: finished, skipped" in captured for name in STUDY_CONFIGS)
+    assert "[skyrl-sql] eval" not in captured  # every eval chunk was kept
     assert "| single_turn | 0 | 3 |" in captured  # the report still covers every run
 
 

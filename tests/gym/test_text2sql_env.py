@@ -359,3 +359,40 @@ def test_parse_reply_and_order_detection():
     assert not has_top_level_order_by("SELECT a FROM (SELECT a FROM t ORDER BY a LIMIT 3)")
     assert not has_top_level_order_by("SELECT ROW_NUMBER() OVER (ORDER BY a) FROM t")
     assert not has_top_level_order_by("SELECT 'order by' FROM t -- order by a")
+
+
+def test_partial_reward_is_half_the_row_f1_of_a_wrong_result(db_dir: Path):
+    """reward=partial on the real Chinook database: Brazil has 5 customers (gold). A query returning
+    those 5 and Canada's 8 has precision 5/13, recall 1: F1 = 10/18, reward 0.5 * 10/18. A right
+    answer still earns 1, one sharing no row 0, one that fails to run 0, bad format -1."""
+    superset = "SELECT FirstName, LastName FROM Customer WHERE Country IN ('Brazil', 'Canada')"
+    env = _env(db_dir, reward="partial")
+    out = env.step(_solution(superset))
+    assert out.reward == pytest.approx(0.5 * 10 / 18)
+    assert env.metrics()["row_f1"] == pytest.approx(10 / 18) and env.metrics()["correct"] == 0.0
+    one_of_five = "SELECT FirstName, LastName FROM Customer WHERE Country = 'Brazil' LIMIT 1"
+    env = _env(db_dir, reward="partial")
+    assert env.step(_solution(one_of_five)).reward == pytest.approx(0.5 * (2 * 1 * 0.2 / 1.2))
+    cases = [
+        (_solution(BRAZIL), 1.0, 1.0),
+        (_solution("SELECT FirstName, LastName FROM Customer WHERE Country = 'Canada'"), 0.0, 0.0),
+        (_solution("SELECT nope FROM Customer"), 0.0, 0.0),
+        ("no tags at all", -1.0, 0.0),
+    ]
+    for reply, reward, f1 in cases:
+        env = _env(db_dir, reward="partial")
+        assert env.step(reply).reward == pytest.approx(reward), reply
+        assert env.metrics()["row_f1"] == pytest.approx(f1), reply
+    # The default stays SkyRL-SQL's -1 / 0 / 1, without the metric.
+    env = _env(db_dir)
+    assert env.step(_solution(superset)).reward == 0.0 and "row_f1" not in env.metrics()
+    with pytest.raises(ValueError, match="reward must be 'execution' or 'partial'"):
+        _env(db_dir, reward="dense")
+
+
+def test_row_f1_counts_duplicates_and_normalizes_values():
+    from aloft.gym.envs.text2sql import row_f1
+
+    assert row_f1([(1,), (1,), (2,)], [(1,), (2,)]) == pytest.approx(2 * (2 / 3) * 1 / (2 / 3 + 1))
+    assert row_f1([(3.0, "a")], [(3, "a")]) == 1.0
+    assert row_f1([], []) == 1.0 and row_f1([], [(1,)]) == 0.0 and row_f1([(1,)], []) == 0.0

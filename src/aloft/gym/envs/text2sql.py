@@ -27,6 +27,12 @@ Reward (on the final turn; earlier turns get 0)::
      0  well formatted, but the solution fails to run or its rows differ from the gold rows.
      1  the solution's rows equal the gold query's rows.
 
+Config ``reward="partial"`` (not in SkyRL-SQL; for small models, which learn text-to-SQL faster from
+a dense reward) gives a well-formed solution that runs but returns wrong rows ``PARTIAL_WEIGHT``
+times its row-level F1 against the gold rows (rows as normalized value tuples, multisets), so a
+closer wrong answer earns more and every wrong answer stays below a right one; -1 and 1 are as
+above. The ``row_f1`` metric reports that F1 for every graded solution (1 when right).
+
 What "equal" means: rows are compared as value tuples (column names are ignored; the column order
 and count matter). Floats are compared rounded to 6 decimals, and 3.0 equals 3. If the gold query
 has a top-level ORDER BY (not one inside a subquery or window), the rows must come in the same
@@ -45,7 +51,8 @@ rows shown per observation, as SkyRL-SQL), ``max_cell_chars`` (80), ``max_observ
 SkyRL-SQL's threshold), ``format_reminder`` (False; True restates the reply format in every
 observation's reminder, ``FORMAT_REMINDER``), ``db_dir`` (where ``db_id`` is looked up;
 default ``$ALOFT_CACHE_DIR/data/sql`` or ``~/.cache/aloft/data/sql``, where ``aloft.data``'s
-``sql`` builder puts its databases), ``compare_order`` (``"auto"``, ``"never"`` or ``"set"``), ``immutable``
+``sql`` builder puts its databases), ``compare_order`` (``"auto"``, ``"never"`` or ``"set"``), ``reward`` (``"execution"``: -1 / 0 / 1,
+or ``"partial"``), ``immutable``
 (False; True opens the file with ``immutable=1``, only for files nothing writes while training).
 
 Row extras: the database as ``db_path`` (absolute, or relative to ``db_dir``) and/or ``db_id``
@@ -78,6 +85,7 @@ __all__ = [
     "lenient_final_query",
     "parse_reply",
     "results_match",
+    "row_f1",
     "without_literals",
 ]
 
@@ -91,8 +99,11 @@ DEFAULT_CONFIG: dict[str, Any] = {
     "format_reminder": False,
     "db_dir": None,
     "compare_order": "auto",
+    "reward": "execution",
     "immutable": False,
 }
+PARTIAL_WEIGHT = 0.5
+"""``reward="partial"``: a wrong result earns this times its row F1 (at most 0.5, below a right one)."""
 FORMAT_REMINDER = (
     "Start your reply with <think>...</think>, then write <sql>one query</sql> or "
     "<solution>the final SQL query</solution>."
@@ -212,6 +223,18 @@ def results_match(rows: list[tuple[Any, ...]], gold_rows: list[tuple[Any, ...]],
     return mine == gold if ordered else Counter(mine) == Counter(gold)
 
 
+def row_f1(rows: list[tuple[Any, ...]], gold_rows: list[tuple[Any, ...]]) -> float:
+    """F1 of ``rows`` against ``gold_rows`` as multisets of normalized value tuples (order ignored,
+    duplicates counted): 2PR / (P + R) with P = shared / len(rows), R = shared / len(gold_rows)."""
+    if not rows and not gold_rows:
+        return 1.0
+    shared = sum((Counter(_normalize(rows)) & Counter(_normalize(gold_rows))).values())
+    if shared == 0:
+        return 0.0
+    precision, recall = shared / len(rows), shared / len(gold_rows)
+    return 2 * precision * recall / (precision + recall)
+
+
 @lru_cache(maxsize=2048)
 def _gold_rows(
     db_path: str, stamp: tuple[int, int], gold_sql: str, timeout_s: float
@@ -249,6 +272,11 @@ class Text2SqlEnv(Env):
                 f"got {settings['compare_order']!r}"
             )
         self.compare_sets = settings["compare_order"] == "set"
+        if settings["reward"] not in ("execution", "partial"):
+            raise ValueError(
+                f"text2sql env: reward must be 'execution' or 'partial', got {settings['reward']!r}"
+            )
+        self.partial = settings["reward"] == "partial"
         self.format_reminder = bool(settings["format_reminder"])
         self.max_observation_chars = int(settings["max_observation_chars"])
         self.timeout_s = float(settings["timeout_s"])
@@ -286,6 +314,7 @@ class Text2SqlEnv(Env):
         self._correct = False
         self._answer_correct = False
         self._probe_failed = False
+        self._row_f1 = 0.0
         self._done = False
 
     def reset(self, prompt: list[Message]) -> tuple[list[Message], dict[str, Any]]:
@@ -338,15 +367,18 @@ class Text2SqlEnv(Env):
             self._sql_errors += 1
             return self._finish(0.0, {**info, "correct": False, "sql_error": error})
         self._answer_correct = self._correct
-        return self._finish(
-            1.0 if self._correct else 0.0, {**info, "correct": self._correct, "ordered": self.ordered}
-        )
+        if self._correct:
+            reward = 1.0
+        else:
+            reward = PARTIAL_WEIGHT * self._row_f1 if self.partial else 0.0
+        return self._finish(reward, {**info, "correct": self._correct, "ordered": self.ordered})
 
     def _error_or_correct(self, query: str) -> str | None:
         """Run ``query`` and set ``self._correct``; returns the query's error, if it fails."""
         gold = list(_gold_rows(str(self.db_path), _stamp(self.db_path), self.gold_sql, self.gold_timeout_s))
-        # One row more than gold tells "too many rows" apart; as sets, duplicates may make it longer.
-        row_cap = max(100 * len(gold), 10_000) if self.compare_sets else len(gold) + 1
+        # One row more than gold tells "too many rows" apart; as sets, duplicates may make it longer;
+        # the partial reward's F1 needs the rows themselves.
+        row_cap = max(100 * len(gold), 10_000) if self.compare_sets or self.partial else len(gold) + 1
         with SqlExecutor(self.db_path, timeout_s=self.timeout_s, max_rows=row_cap) as executor:
             result = executor.execute(query)
         if result.error is not None:
@@ -356,6 +388,7 @@ class Text2SqlEnv(Env):
             self._correct = not result.truncated and set(_normalize(result.rows)) == set(_normalize(gold))
         else:
             self._correct = not result.truncated and results_match(result.rows, gold, self.ordered)
+        self._row_f1 = 1.0 if self._correct else row_f1(result.rows, gold)
         return None
 
     def _lenient_answer_correct(self, reply: str) -> bool:
@@ -366,7 +399,7 @@ class Text2SqlEnv(Env):
         if query is None:
             return False
         self._error_or_correct(query)
-        answer, self._correct = self._correct, False
+        answer, self._correct, self._row_f1 = self._correct, False, 0.0
         return answer
 
     def _finish(self, reward: float, info: dict[str, Any]) -> StepOutput:
@@ -388,7 +421,7 @@ class Text2SqlEnv(Env):
             "sql_errors": float(self._sql_errors),
             "probe_failed": float(self._probe_failed),
             "recovered": float(self._probe_failed and self._correct),
-        }
+        } | ({"row_f1": self._row_f1} if self.partial else {})
 
     def close(self) -> None:
         self.tools.close()

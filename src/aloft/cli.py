@@ -238,6 +238,7 @@ def _train(argv: list[str]) -> int:
     from aloft.config import ConfigError, describe_fields, load_config, presets
 
     if not argv or argv[0] in ("-h", "--help"):
+        _import_named_modules(argv[1:])
         print(_train_help(describe_fields(), presets()))
         return 0
     target, overrides = argv[0], argv[1:]
@@ -259,7 +260,11 @@ def _train(argv: list[str]) -> int:
     return 0
 
 
-def _train_help(fields: list[tuple[str, str, str, str]], preset_names: list[str]) -> str:
+def _train_help(
+    fields: list[tuple[str, str, str, str]], preset_names: list[str], builtin_only: bool = False
+) -> str:
+    """``aloft train --help``: the usage, the presets, every config field with its doc, and the
+    settings plugins declared (``builtin_only``: aloft's own plugins alone, for the CLI reference)."""
     lines = [
         "usage: aloft train PRESET_OR_YAML [section.key=value ...] [--debug]",
         "",
@@ -277,7 +282,42 @@ def _train_help(fields: list[tuple[str, str, str, str]], preset_names: list[str]
             lines.append(f"\n[{head}]")
         lines.append(f"  {key}  {type_name} = {default}")
         lines.extend(textwrap.wrap(doc, width=100, initial_indent="      ", subsequent_indent="      "))
-    return "\n".join(lines)
+    return "\n".join(lines + _plugin_params_help(builtin_only))
+
+
+def _plugin_params_help(builtin_only: bool) -> list[str]:
+    """The ``algorithm.params`` settings every registered estimator and loss declared."""
+    from aloft.algorithms import declared_params
+    from aloft.config.loading import describe_model
+
+    lines = ["", "[algorithm.params] settings declared by registered estimators and losses:"]
+    declared = {
+        owner: model
+        for owner, model in declared_params().items()
+        if not builtin_only or model.__module__.startswith("aloft.")
+    }
+    for (kind, name), model in declared.items():
+        lines.append(f"  {kind} {name}:")
+        for key, type_name, default, doc in describe_model(model):
+            lines.append(f"    algorithm.params.{key}  {type_name} = {default}")
+            lines.extend(
+                textwrap.wrap(doc, width=100, initial_indent="        ", subsequent_indent="        ")
+            )
+    if not declared:
+        lines.append("  (none; `aloft train --help trainer.imports=[my_module]` lists your module's)")
+    return lines
+
+
+def _import_named_modules(words: list[str]) -> None:
+    """Import the modules of a ``trainer.imports=[...]`` word, so that help lists what they register."""
+    import importlib
+
+    import yaml
+
+    for word in words:
+        if word.startswith("trainer.imports="):
+            for module in yaml.safe_load(word.partition("=")[2]) or []:
+                importlib.import_module(module)
 
 
 def _serve(args: argparse.Namespace) -> int:

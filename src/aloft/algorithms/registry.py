@@ -11,14 +11,28 @@ the trainer looks both up here. Adding an algorithm is one decorated function, n
         return loss, {"clip_frac": 0.0, "approx_kl": 0.0, "ratio_mean": 1.0}
 
 The module that defines the function must be imported before the config is validated.
+
+An estimator or a loss may declare settings of its own: a pydantic model given as ``params=`` at
+registration. The user sets them under ``algorithm.params`` (``algorithm.params.beta=0.1``), they
+are checked before training starts (``check_algorithm_params``), and the function receives them,
+defaults filled in, as its ``params`` keyword::
+
+    class MyLossParams(BaseModel):
+        beta: float = 0.1  # its doc: a Field(description=...) or an attribute docstring
+
+    @register_policy_loss("my_loss", params=MyLossParams)
+    def my_loss(logprobs, ..., *, normalizer=None, params):
+        ... params.beta ...
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 import torch
+from pydantic import BaseModel, ValidationError
 
 from aloft.algorithms.reductions import LossNormalizer
 from aloft.registry import lookup, register
@@ -79,21 +93,109 @@ policy_losses: dict[str, PolicyLoss] = {}
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def register_advantage_estimator(name: str) -> Callable[[_F], _F]:
-    """Decorator: register ``fn`` as the advantage estimator ``name``. A taken name raises ValueError."""
-    return register(advantage_estimators, "advantage estimator", "register_advantage_estimator", name)
+_PARAMS: dict[tuple[str, str], type[BaseModel]] = {}
+"""(kind, name) -> the settings model a plugin declared (``params=`` at registration)."""
+
+ESTIMATOR, LOSS = "advantage estimator", "policy loss"
 
 
-def register_policy_loss(name: str) -> Callable[[_F], _F]:
-    """Decorator: register ``fn`` as the policy loss ``name``. A taken name raises ValueError."""
-    return register(policy_losses, "policy loss", "register_policy_loss", name)
+def register_advantage_estimator(name: str, *, params: type[BaseModel] | None = None) -> Callable[[_F], _F]:
+    """Decorator: register ``fn`` as the advantage estimator ``name``; ``params``: its own settings
+    (a pydantic model, set under ``algorithm.params``). A taken name raises ValueError."""
+    return _with_params(
+        register(advantage_estimators, ESTIMATOR, "register_advantage_estimator", name),
+        ESTIMATOR,
+        name,
+        params,
+    )
+
+
+def register_policy_loss(name: str, *, params: type[BaseModel] | None = None) -> Callable[[_F], _F]:
+    """Decorator: register ``fn`` as the policy loss ``name``; ``params``: its own settings (a
+    pydantic model, set under ``algorithm.params``). A taken name raises ValueError."""
+    return _with_params(register(policy_losses, LOSS, "register_policy_loss", name), LOSS, name, params)
+
+
+def _with_params(
+    decorator: Callable[[_F], _F], kind: str, name: str, params: type[BaseModel] | None
+) -> Callable[[_F], _F]:
+    if params is not None and not (isinstance(params, type) and issubclass(params, BaseModel)):
+        raise TypeError(f"{kind} {name!r}: params= must be a pydantic BaseModel class, got {params!r}")
+
+    def register_with_params(fn: _F) -> _F:
+        fn = decorator(fn)
+        if params is not None:
+            _PARAMS[(kind, name)] = params
+        return fn
+
+    return register_with_params
+
+
+def params_model(kind: str, name: str) -> type[BaseModel] | None:
+    """The settings model the ``kind`` (``ESTIMATOR`` or ``LOSS``) ``name`` declared, if any."""
+    return _PARAMS.get((kind, name))
+
+
+def declared_params() -> dict[tuple[str, str], type[BaseModel]]:
+    """Every declared settings model: (kind, name) -> model (for ``aloft train --help``)."""
+    return dict(sorted(_PARAMS.items()))
 
 
 def get_advantage_estimator(name: str) -> AdvantageEstimator:
-    """The estimator registered as ``name``; an unknown name raises ValueError listing the known ones."""
-    return lookup(advantage_estimators, "advantage estimator", "register_advantage_estimator", name)
+    """The estimator registered as ``name``, taking its declared settings from ``config.params``;
+    an unknown name raises ValueError listing the known ones."""
+    fn = lookup(advantage_estimators, ESTIMATOR, "register_advantage_estimator", name)
+    return _bound(fn, params_model(ESTIMATOR, name), config_position=4)
 
 
 def get_policy_loss(name: str) -> PolicyLoss:
-    """The policy loss registered as ``name``; an unknown name raises ValueError listing the known ones."""
-    return lookup(policy_losses, "policy loss", "register_policy_loss", name)
+    """The policy loss registered as ``name``, taking its declared settings from ``config.params``;
+    an unknown name raises ValueError listing the known ones."""
+    fn = lookup(policy_losses, LOSS, "register_policy_loss", name)
+    return _bound(fn, params_model(LOSS, name), config_position=4)
+
+
+def _bound(fn: Any, model: type[BaseModel] | None, config_position: int) -> Any:
+    """``fn`` itself, or (it declared settings) ``fn`` called with ``params=`` its settings read from
+    the ``config`` argument's ``params`` mapping (the keys its model declares; defaults for the rest)."""
+    if model is None:
+        return fn
+
+    @functools.wraps(fn)
+    def with_params(*args: Any, **kwargs: Any) -> Any:
+        config = args[config_position] if len(args) > config_position else kwargs["config"]
+        return fn(*args, params=settings_of(model, getattr(config, "params", None)), **kwargs)
+
+    return with_params
+
+
+def settings_of(model: type[BaseModel], params: dict[str, Any] | None) -> BaseModel:
+    """``model`` built from the keys of ``params`` it declares."""
+    return model(**{k: v for k, v in (params or {}).items() if k in model.model_fields})
+
+
+def check_algorithm_params(advantage: str, policy_loss: str, params: dict[str, Any]) -> None:
+    """Every ``algorithm.params`` key is a setting the selected estimator or loss declared, and its
+    value is valid; otherwise a one-line ValueError naming the key and what would be valid."""
+    owners = {
+        f"{kind} {name}": model
+        for kind, name in ((ESTIMATOR, advantage), (LOSS, policy_loss))
+        if (model := params_model(kind, name)) is not None
+    }
+    declared = {field: owner for owner, model in owners.items() for field in model.model_fields}
+    for key in params:
+        if key not in declared:
+            theirs = ", ".join(sorted(declared)) or "none"
+            raise ValueError(
+                f"algorithm.params.{key} is not a setting of the {ESTIMATOR} {advantage} or the {LOSS} "
+                f"{policy_loss} (their settings: {theirs}); fix the key or select the plugin that declares it"
+            )
+    for owner, model in owners.items():
+        try:
+            settings_of(model, params)
+        except ValidationError as error:
+            problem = error.errors()[0]
+            key = ".".join(str(part) for part in problem["loc"])
+            raise ValueError(
+                f"algorithm.params.{key}={params.get(key)!r} is invalid for the {owner}: {problem['msg']}"
+            ) from None

@@ -240,9 +240,18 @@ def describe_fields() -> list[tuple[str, str, str, str]]:
     for section_name, section_field in AloftConfig.model_fields.items():
         section = section_field.annotation
         assert isinstance(section, type) and issubclass(section, BaseModel)
-        for name, field in section.model_fields.items():
-            doc = " ".join((field.description or "").split())
-            rows.append((f"{section_name}.{name}", _type_name(field.annotation), repr(field.default), doc))
+        rows += [(f"{section_name}.{key}", *rest) for key, *rest in describe_model(section)]
+    return rows
+
+
+def describe_model(model: type[BaseModel]) -> list[tuple[str, str, str, str]]:
+    """(key, type, default, doc) for every field of a pydantic model (its attribute docstrings are
+    the docs when it sets ``use_attribute_docstrings``; else each field's ``description``)."""
+    rows = []
+    for name, field in model.model_fields.items():
+        doc = " ".join((field.description or "").split())
+        default = "required" if field.is_required() else repr(field.default)
+        rows.append((name, _type_name(field.annotation), default, doc))
     return rows
 
 

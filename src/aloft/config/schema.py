@@ -183,6 +183,10 @@ class AlgorithmConfig(Section):
     """GAE lambda."""
     policy_loss: str = "ppo"
     """Policy loss: ppo, dual_clip, gspo, cispo, or a registered one."""
+    params: dict[str, Any] = {}
+    """Settings the selected estimator or policy loss declared for itself (``params=`` at
+    registration), e.g. ``algorithm.params.beta=0.1``; checked before training starts, listed at the
+    end of this help."""
     clip_low: float = Field(0.2, ge=0.0, lt=1.0)
     """PPO epsilon below 1."""
     clip_high: NonNegativeFloat = 0.2

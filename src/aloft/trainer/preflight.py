@@ -52,6 +52,10 @@ def check_names(cfg: AloftConfig) -> None:
         raise ConfigError(
             f"algorithm.policy_loss={algo.policy_loss} is not a registered loss; known: {sorted(algorithms.policy_losses)}"
         )
+    try:
+        algorithms.check_algorithm_params(algo.advantage, algo.policy_loss, algo.params)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
     if cfg.trainer.plan not in registered_plans():
         raise ConfigError(
             f"trainer.plan={cfg.trainer.plan} is not a registered plan; known: {registered_plans()}"

@@ -7,7 +7,7 @@ out = env.step("3 plus 5 is 8. The answer is 8.")   # StepOutput(observations=[]
 """
 
 from aloft.gym.checker import EnvCheckError, check_env
-from aloft.gym.core import Env, StepOutput, UnknownEnvError, make, register, registered
+from aloft.gym.core import Env, StepOutput, UnknownEnvError, make, register, register_env, registered
 from aloft.gym.envs import BUILTIN_ENVS
 from aloft.types import InfrastructureError
 
@@ -20,6 +20,7 @@ __all__ = [
     "check_env",
     "make",
     "register",
+    "register_env",
     "registered",
 ]
 

@@ -147,6 +147,20 @@ def register(env_id: str, entry_point: str | EnvFactory, *, override: bool = Fal
     _REGISTRY[env_id] = _Registration(entry_point=entry_point, defaults=dict(defaults))
 
 
+def register_env(env_id: str, **defaults: Any) -> Callable[[type[Env]], type[Env]]:
+    """Class decorator: ``register(env_id, cls, **defaults)``, the same style as the other extension
+    points (``@register_policy_loss``, ``@register_plan``, ...). Returns the class unchanged."""
+
+    def decorator(cls: type[Env]) -> type[Env]:
+        existing = _REGISTRY.get(env_id)
+        if existing is not None and existing.entry_point is cls:  # a module imported twice
+            return cls
+        register(env_id, cls, **defaults)
+        return cls
+
+    return decorator
+
+
 def registered() -> list[str]:
     """The registered env ids, sorted."""
     return sorted(_REGISTRY)

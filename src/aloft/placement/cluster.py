@@ -10,7 +10,7 @@ LOOPBACK_ENV = {
     "RAY_AUTH_MODE": "disabled",
     "RAY_USAGE_STATS_ENABLED": "0",  # no usage report leaves the machine
 }
-"""Set (unless the user set them) before a local instance starts (docs/design.md §7)."""
+"""Set (unless the user set them) before a local instance starts (CONTRIBUTING.md, "Known behaviour of the stack")."""
 
 
 def connect(address: str | None, num_cpus: int, num_gpus: int = 0) -> None:

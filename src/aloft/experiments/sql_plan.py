@@ -30,6 +30,9 @@ STAGES = ("study", "train", "eval")
 """The experiment's stages after the data and the warm start, in order: the learning-rate study
 (``aloft.experiments.sql_study``), the long runs, the start/end evals (``aloft.experiments.sql_evals``)."""
 LONG_RUN = [
+    # Chosen by the learning-rate study (docs/experiments/skyrl-sql.md): LoRA rank 16 at 1e-4.
+    "optim.lr=1e-4",
+    "model.lora_rank=16",
     "trainer.max_steps=32",
     "trainer.prompts_per_step=8",
     "generator.n_samples=4",

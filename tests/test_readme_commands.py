@@ -46,7 +46,7 @@ def test_the_readme_shows_the_commands_users_copy():
     assert "aloft train quickstart" in front_page
     assert any(c.startswith("aloft eval ") for c in front_page)
     assert any(c.startswith("aloft experiment skyrl-sql") for c in front_page)
-    assert len(front_page) >= 10 and len(COMMANDS) >= 40
+    assert len(front_page) >= 10 and len(COMMANDS) >= 30  # the docs pages add theirs
 
 
 @pytest.mark.parametrize("command", COMMANDS)

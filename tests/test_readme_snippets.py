@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,21 @@ from aloft.gym import check_env
 from aloft.tracking import read_metrics
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+@pytest.fixture(autouse=True)
+def fresh_registries():
+    """Each test registers its snippet's names anew (the README and the guide both define scaled_pg)."""
+    from aloft.algorithms import registry
+    from aloft.gym import core
+
+    saved = dict(registry.policy_losses), dict(registry._PARAMS), dict(core._REGISTRY)
+    yield
+    for table, before in zip((registry.policy_losses, registry._PARAMS, core._REGISTRY), saved, strict=True):
+        table.clear()
+        table.update(before)
+    for module in ("readme_env", "readme_loss", "scaled_pg"):  # imported again registers again
+        sys.modules.pop(module, None)
 
 
 def snippets() -> list[str]:

@@ -17,6 +17,13 @@ from aloft.gym import check_env
 from aloft.tracking import read_metrics
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+SHORT_RUN = [
+    "trainer.eval_every=0",
+    "trainer.checkpoint_every=0",
+    "trainer.export_final=false",
+    "data.eval_size=4",
+]
+"""With the ``tiny_overrides`` fixture: a run of a few seconds with nothing but its metrics."""
 
 
 @pytest.fixture(autouse=True)
@@ -52,7 +59,7 @@ def test_the_readme_shows_an_env_and_a_loss_each_at_most_15_lines():
         ("readme_loss", ["algorithm.policy_loss=scaled_pg", "algorithm.params.scale=0.5"]),
     ],
 )
-def test_a_readme_snippet_trains(module, selects, tmp_path, monkeypatch, tiny_model_dir):
+def test_a_readme_snippet_trains(module, selects, tmp_path, monkeypatch, tiny_overrides):
     code = snippets()[0 if module == "readme_env" else 1]
     (tmp_path / f"{module}.py").write_text(code)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -61,18 +68,10 @@ def test_a_readme_snippet_trains(module, selects, tmp_path, monkeypatch, tiny_mo
         "quickstart",
         f"trainer.imports=[{module}]",
         *selects,
-        f"model.path={tiny_model_dir}",
-        f"trainer.run_root={tmp_path / 'runs'}",
+        *tiny_overrides,
+        *SHORT_RUN,
         "trainer.max_steps=2",
-        "trainer.eval_every=0",
-        "trainer.checkpoint_every=0",
-        "trainer.export_final=false",
-        "trainer.progress_bar=false",
-        "trainer.loggers=[jsonl]",
         "data.train_size=32",
-        "data.eval_size=4",
-        "engine.dtype=float32",
-        "optim.bf16_autocast=false",
         "algorithm.dynamic_sampling=false",
     ]
     assert main(argv) == 0
@@ -88,7 +87,7 @@ def test_a_readme_snippet_trains(module, selects, tmp_path, monkeypatch, tiny_mo
 GUIDE = README.parent / "docs" / "guide" / "algorithms.md"
 
 
-def test_the_guides_loss_with_settings_runs_as_written(tmp_path, monkeypatch, capsys, tiny_model_dir):
+def test_the_guides_loss_with_settings_runs_as_written(tmp_path, monkeypatch, capsys, tiny_overrides):
     """docs/guide/algorithms.md: its module, its train command, and the error it shows, verbatim."""
     section = GUIDE.read_text().split("## Your own estimator or loss", 1)[1]
     (code,) = re.findall(r"```python\n(.*?)```", section, re.S)
@@ -96,20 +95,7 @@ def test_the_guides_loss_with_settings_runs_as_written(tmp_path, monkeypatch, ca
     (shown,) = re.findall(r"```\n\$ (.*?)\n(.*?)\n```", section, re.S)
     (tmp_path / "scaled_pg.py").write_text(code)
     monkeypatch.syspath_prepend(str(tmp_path))
-    tiny = [
-        f"model.path={tiny_model_dir}",
-        f"trainer.run_root={tmp_path / 'runs'}",
-        "trainer.max_steps=1",
-        "trainer.eval_every=0",
-        "trainer.checkpoint_every=0",
-        "trainer.export_final=false",
-        "trainer.progress_bar=false",
-        "trainer.loggers=[jsonl]",
-        "data.train_size=16",
-        "data.eval_size=4",
-        "engine.dtype=float32",
-        "optim.bf16_autocast=false",
-    ]
+    tiny = [*tiny_overrides, *SHORT_RUN, "trainer.max_steps=1", "data.train_size=16"]
     assert main([*shlex.split(command)[1:], *tiny]) == 0
     records = read_metrics(tmp_path / "runs" / "quickstart" / "metrics.jsonl")
     assert [r["policy/scale"] for r in records if "policy/scale" in r] == [pytest.approx(0.5)]

@@ -18,7 +18,15 @@ from typing import Any
 
 from aloft.trainer.paired import PairedComparison, compare
 
-__all__ = ["BASELINE", "comparisons", "load_outcomes", "main", "stats_table"]
+__all__ = [
+    "BASELINE",
+    "compare_outcomes",
+    "comparisons",
+    "load_outcomes",
+    "main",
+    "solved_by_question",
+    "stats_table",
+]
 
 BASELINE = "warm_start"
 """The model every trained policy started from."""
@@ -32,13 +40,22 @@ def load_outcomes(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def _solved(records: list[dict[str, Any]], model: str, protocol: str) -> dict[str, bool | None]:
-    """Question id -> correct (None where the episode failed) for one model on one eval set."""
-    return {
-        r["question_id"]: (None if r.get("failed") else bool(r["correct"]))
-        for r in records
-        if r["model"] == model and r["protocol"] == protocol
-    }
+def solved_by_question(records: list[dict[str, Any]]) -> dict[str, bool | None]:
+    """Question id -> correct (None where the episode failed), from one model's records on one set."""
+    return {r["question_id"]: (None if r.get("failed") else bool(r["correct"])) for r in records}
+
+
+def compare_outcomes(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> PairedComparison | None:
+    """The paired comparison of two models' records on the same questions (``aloft.trainer.paired``);
+    None while they do not cover the same questions (one side not finished)."""
+    solved_a, solved_b = solved_by_question(a), solved_by_question(b)
+    if not solved_a or set(solved_a) != set(solved_b):
+        return None
+    index = {question: i for i, question in enumerate(sorted(solved_a))}
+    result, _ = compare(
+        {index[q]: v for q, v in solved_a.items()}, {index[q]: v for q, v in solved_b.items()}
+    )
+    return result
 
 
 def comparisons(records: list[dict[str, Any]]) -> list[tuple[str, str, str, PairedComparison]]:
@@ -56,14 +73,11 @@ def comparisons(records: list[dict[str, Any]]) -> list[tuple[str, str, str, Pair
             if m.startswith("multi_turn") and m.replace("multi_turn", "single_turn") in models
         ]
         for a, b in pairs:
-            solved_a, solved_b = _solved(records, a, protocol), _solved(records, b, protocol)
-            if set(solved_a) != set(solved_b):
-                continue  # one side not finished: no pairing yet
-            index = {question: i for i, question in enumerate(sorted(solved_a))}
-            result, _ = compare(
-                {index[q]: v for q, v in solved_a.items()}, {index[q]: v for q, v in solved_b.items()}
+            side_a, side_b = (
+                [r for r in records if (r["model"], r["protocol"]) == (m, protocol)] for m in (a, b)
             )
-            out.append((protocol, a, b, result))
+            if (result := compare_outcomes(side_a, side_b)) is not None:
+                out.append((protocol, a, b, result))
     return out
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from scipy import stats
 
-from aloft.trainer.paired import compare
+from aloft.experiments.sql_stats import compare_outcomes
 
 __all__ = ["STUDY_CONFIGS", "STUDY_STEPS", "study_overrides", "study_table", "training_trend"]
 
@@ -84,10 +84,6 @@ def training_trend(steps: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
-def _solved(records: list[dict[str, Any]]) -> dict[str, bool | None]:
-    return {r["question_id"]: (None if r.get("failed") else bool(r["correct"])) for r in records}
-
-
 def study_table(
     runs: dict[str, list[dict[str, float]]],
     outcomes: dict[str, list[dict[str, Any]]],
@@ -95,9 +91,8 @@ def study_table(
 ) -> str:
     """The study's markdown table. ``runs``: name -> training records by step; ``outcomes``: name ->
     the final policy's ``study_t1`` outcome records; ``baseline``: the warm start's."""
-    base = _solved(baseline)
     lines = [
-        f"Warm start on the study eval: {sum(bool(v) for v in base.values())} of {len(base)} right.",
+        f"Warm start on the study eval: {sum(bool(r['correct']) for r in baseline)} of {len(baseline)} right.",
         "",
         "| run | lr | rank | steps | update KL | update rel. norm | reward first -> last half "
         "| reward slope / step (p) | last half vs first run, same questions "
@@ -121,12 +116,7 @@ def study_table(
             f"| {_paired_reward_gap(steps, reference)} "
             f"| {trend['answer_first']:.2f} -> {trend['answer_last']:.2f} | {trend['format_last']:.2f} "
         )
-        solved = _solved(outcomes.get(name, []))
-        if solved and set(solved) == set(base):
-            index = {q: i for i, q in enumerate(sorted(base))}
-            result, _ = compare(
-                {index[q]: v for q, v in base.items()}, {index[q]: v for q, v in solved.items()}
-            )
+        if (result := compare_outcomes(baseline, outcomes.get(name, []))) is not None:
             row += (
                 f"| {result.b_solved} of {result.items} | {result.gain:+.3f} ({result.ci_low:+.3f} to "
                 f"{result.ci_high:+.3f}) | {result.p_value:.2g} |"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,18 +26,9 @@ SHORT_RUN = [
 
 
 @pytest.fixture(autouse=True)
-def fresh_registries():
+def fresh_registries(forget_plugins):
     """Each test registers its snippet's names anew (the README and the guide both define scaled_pg)."""
-    from aloft.algorithms import registry
-    from aloft.gym import core
-
-    saved = dict(registry.policy_losses), dict(registry._PARAMS), dict(core._REGISTRY)
-    yield
-    for table, before in zip((registry.policy_losses, registry._PARAMS, core._REGISTRY), saved, strict=True):
-        table.clear()
-        table.update(before)
-    for module in ("readme_env", "readme_loss", "scaled_pg"):  # imported again registers again
-        sys.modules.pop(module, None)
+    forget_plugins += ["readme_env", "readme_loss", "readme_plan", "scaled_pg"]
 
 
 def snippets() -> list[str]:
@@ -46,9 +36,9 @@ def snippets() -> list[str]:
     return re.findall(r"```python\n(.*?)```", section, re.S)
 
 
-def test_the_readme_shows_an_env_and_a_loss_each_at_most_15_lines():
+def test_the_readme_shows_an_env_a_loss_and_a_plan_each_at_most_15_lines():
     found = snippets()
-    assert len(found) == 2
+    assert len(found) == 3
     assert all(len([line for line in code.splitlines() if line.strip()]) <= 15 for code in found)
 
 
@@ -57,10 +47,11 @@ def test_the_readme_shows_an_env_and_a_loss_each_at_most_15_lines():
     [
         ("readme_env", ["env=echo"]),
         ("readme_loss", ["algorithm.policy_loss=scaled_pg", "algorithm.params.scale=0.5"]),
+        ("readme_plan", ["trainer.plan=plain_sync"]),
     ],
 )
 def test_a_readme_snippet_trains(module, selects, tmp_path, monkeypatch, tiny_overrides):
-    code = snippets()[0 if module == "readme_env" else 1]
+    code = snippets()[["readme_env", "readme_loss", "readme_plan"].index(module)]
     (tmp_path / f"{module}.py").write_text(code)
     monkeypatch.syspath_prepend(str(tmp_path))
     argv = [
@@ -79,6 +70,9 @@ def test_a_readme_snippet_trains(module, selects, tmp_path, monkeypatch, tiny_ov
     assert [r["step"] for r in records if "reward/mean" in r] == [1, 2]
     if module == "readme_env":  # the echo env passes the gym's conformance checks
         check_env("echo", build_dataset("arithmetic", n=4, seed=0), {})
+    elif module == "readme_plan":  # the plan ran the steps, on-policy
+        assert [r["async/staleness_max"] for r in records if "reward/mean" in r] == [0.0, 0.0]
+        assert "plan: plain_sync" in (tmp_path / "runs" / "quickstart" / "config.yaml").read_text()
     else:  # the loss ran with the command line's scale (its metric, token-weighted over each step)
         scales = [r["policy/scale"] for r in records if "policy/scale" in r]
         assert scales == [pytest.approx(0.5), pytest.approx(0.5)]

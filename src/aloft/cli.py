@@ -2,11 +2,11 @@
 
 aloft train quickstart trainer.max_steps=20 algorithm.advantage=rloo
 aloft train --help                      # every config field with its doc
-aloft eval runs/quickstart --builder arithmetic --size 64 --n 4
-aloft data build sql --n 20 --split eval --out sql_eval.jsonl -o db=chinook
+aloft eval runs/quickstart data.builder=arithmetic generator.eval_n_samples=4
+aloft data build sql --size 20 --split eval --out sql_eval.jsonl data.builder_args.db=chinook
 aloft data list
 aloft serve MODEL --port 8000 --api-key KEY   # OpenAI-compatible server (needs aloft[serve])
-aloft tinker-serve --model MODEL --port 8001  # the Tinker API (needs aloft[tinker])
+aloft tinker-serve MODEL --port 8001          # the Tinker API (needs aloft[tinker])
 
 A user's mistake (a missing file, package or model, a bad value) ends any command with one line and exit
 2 (``aloft.cli_errors``); ``--debug`` shows the traceback. Any other error is a bug: it keeps its traceback.
@@ -24,8 +24,11 @@ from pathlib import Path
 from aloft import __version__
 from aloft.cli_errors import expected_failure, yaml_problem
 from aloft.cli_eval import add_builder_options, add_eval_parser, builder_options, run_eval_command
+from aloft.cli_settings import DeprecatedFlag, note_deprecated_flags, parse_settings, split_settings
 
 DEBUG_HELP = "show the traceback behind a one-line error"
+SETTINGS_COMMANDS = ("eval", "data", "experiment", "serve", "tinker-serve")
+"""Subcommands that take ``section.key=value`` settings (``aloft train`` parses its own)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,12 +49,12 @@ def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] == "train":
         return _train([word for word in argv[1:] if word != "--debug"])
     parser, data = build_parser()
-    overrides: list[str] = []
-    if argv and argv[0] == "experiment":  # section.key=value words anywhere go to every run
-        overrides = [word for word in argv[1:] if "=" in word and not word.startswith("-")]
-        argv = [word for word in argv if word not in overrides]
+    settings: list[str] = []
+    if argv and argv[0] in SETTINGS_COMMANDS:  # section.key=value words, anywhere after the command
+        settings, rest = split_settings(argv[1:])
+        argv = [argv[0], *rest]
     args = parser.parse_args(argv)
-    args.overrides = overrides
+    args.settings = args.overrides = settings
     if args.command == "serve":
         return _serve(args)
     if args.command == "tinker-serve":
@@ -126,12 +129,21 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     _add_debug(data)
     data_sub = data.add_subparsers(dest="data_command")
     _add_debug(data_sub.add_parser("list", help="the built-in dataset builders"))
-    build = data_sub.add_parser("build", help="write rows of a built-in builder (.jsonl or .parquet)")
-    build.add_argument("name", help="builder: arithmetic, reasoning_gym, math, mmath, code, search, sql")
-    add_builder_options(build, example="source=gsm_symbolic")
-    build.add_argument(
-        "--n", type=int, default=None, help="rows to build (fixed datasets: 0 or unset for all)"
+    build = data_sub.add_parser(
+        "build",
+        help="write rows of a built-in builder (.jsonl or .parquet)",
+        usage="aloft data build NAME --out FILE [--size N] [--split SPLIT] [--seed S] "
+        "[data.builder_args.KEY=VALUE ...] [--debug]",
+        description="The builder's options are the keys aloft train gives it: data.builder_args.KEY=VALUE "
+        "(e.g. data.builder_args.source=gsm_symbolic).",
     )
+    build.add_argument("name", help="builder: arithmetic, reasoning_gym, math, mmath, code, search, sql")
+    build.add_argument(
+        "--size", type=int, default=None, help="rows to build (fixed datasets: 0 or unset for all)"
+    )
+    old_spellings = build.add_argument_group("deprecated flags (each works for one release)")
+    old_spellings.add_argument("--n", type=int, default=None, help="use --size")
+    add_builder_options(old_spellings, example="source=gsm_symbolic")
     build.add_argument(
         "--split",
         choices=["train", "eval", "heldout", "all"],
@@ -184,13 +196,18 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     )
     exp.add_argument("--report-only", action="store_true", help="rewrite the report from the runs so far")
     _add_debug(exp)
-    srv = sub.add_parser("serve", help="an OpenAI-compatible server over an engine: aloft serve MODEL")
+    srv = sub.add_parser(
+        "serve",
+        help="an OpenAI-compatible server over an engine: aloft serve MODEL",
+        usage="aloft serve MODEL [engine.backend=hf] [engine.dtype=auto] [--port P] [--api-key KEY] ...",
+        description="Settings are the config keys aloft train takes, with the same meaning and "
+        "defaults: engine.backend (hf), engine.dtype (auto: bfloat16 where the hardware has native "
+        "bf16 math, else float32).",
+    )
     srv.add_argument("model", help="model dir, built-in name or hub id")
     srv.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
     srv.add_argument("--port", type=int, default=8000)
-    srv.add_argument("--dtype", choices=["float32", "bfloat16", "auto"], default="float32")
     srv.add_argument("--api-key", default=None, help="require Authorization: Bearer KEY (all but /health)")
-    srv.add_argument("--backend", default="hf", help="inference engine to serve (default: hf)")
     srv.add_argument("--served-model-name", default=None, help="model id in /v1/models (default: MODEL)")
     srv.add_argument(
         "--capture",
@@ -198,11 +215,22 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         metavar="DIR",
         help="record each session's exact prompt and sampled token ids to DIR/<session>.jsonl",
     )
-    _add_debug(srv)
-    tinker = sub.add_parser(
-        "tinker-serve", help="the Tinker API over aloft: aloft tinker-serve --model MODEL"
+    old_spellings = srv.add_argument_group("deprecated flags (each works for one release; use the key)")
+    old_spellings.add_argument(
+        "--dtype", choices=["float32", "bfloat16", "auto"], default=None, help="use engine.dtype"
     )
-    tinker.add_argument("--model", required=True, help="base model: model dir, built-in name or hub id")
+    old_spellings.add_argument("--backend", default=None, help="use engine.backend")
+    _add_debug(srv)
+    tinker = sub.add_parser("tinker-serve", help="the Tinker API over aloft: aloft tinker-serve MODEL")
+    tinker.add_argument(
+        "model", nargs="?", default=None, help="base model: model dir, built-in name or hub id"
+    )
+    tinker.add_argument(
+        "--model",
+        dest="model_flag",
+        default=None,
+        help="deprecated (works for one release): give MODEL first",
+    )
     tinker.add_argument("--host", default="127.0.0.1", help="bind address (default: loopback only)")
     tinker.add_argument("--port", type=int, default=8001)
     tinker.add_argument("--max-length", type=int, default=4096, help="longest datum or prompt, in tokens")
@@ -286,25 +314,47 @@ def _train_help(
 
 
 def _plugin_params_help(builtin_only: bool) -> list[str]:
-    """The ``algorithm.params`` settings every registered estimator and loss declared."""
+    """The settings every registered estimator, loss, plan and env declared, under the config
+    section where the user sets them."""
+    from aloft import gym
     from aloft.algorithms import declared_params
     from aloft.config.loading import describe_model
+    from aloft.trainer.plans import declared_plan_params
 
-    lines = ["", "[algorithm.params] settings declared by registered estimators and losses:"]
-    declared = {
-        owner: model
-        for owner, model in declared_params().items()
-        if not builtin_only or model.__module__.startswith("aloft.")
-    }
-    for (kind, name), model in declared.items():
-        lines.append(f"  {kind} {name}:")
-        for key, type_name, default, doc in describe_model(model):
-            lines.append(f"    algorithm.params.{key}  {type_name} = {default}")
-            lines.extend(
-                textwrap.wrap(doc, width=100, initial_indent="        ", subsequent_indent="        ")
-            )
-    if not declared:
-        lines.append("  (none; `aloft train --help trainer.imports=[my_module]` lists your module's)")
+    sections: list[tuple[str, str, dict[str, type]]] = [
+        (
+            "algorithm.params",
+            "estimators and losses",
+            {f"{kind} {name}": model for (kind, name), model in declared_params().items()},
+        ),
+        (
+            "trainer.plan_params",
+            "execution plans",
+            {f"execution plan {name}": model for name, model in declared_plan_params().items()},
+        ),
+        (
+            "env.config",
+            "envs",
+            {f"env {env_id}": model for env_id in gym.registered() if (model := gym.params_of(env_id))},
+        ),
+    ]
+    lines: list[str] = []
+    for section, plural, declared in sections:
+        lines += ["", f"[{section}] settings declared by registered {plural}:"]
+        shown = {
+            owner: model
+            for owner, model in declared.items()
+            if not builtin_only or model.__module__.startswith("aloft.")
+        }
+        for owner, model in shown.items():
+            lines.append(f"  {owner}:")
+            for key, type_name, default, doc in describe_model(model):
+                lines.append(f"    {section}.{key}  {type_name} = {default}")
+                lines.extend(
+                    textwrap.wrap(doc, width=100, initial_indent="        ", subsequent_indent="        ")
+                )
+        if not shown:
+            lines.append("  (none; `aloft train --help trainer.imports=[my_module]` lists your module's)")
     return lines
 
 
@@ -320,17 +370,30 @@ def _import_named_modules(words: list[str]) -> None:
                 importlib.import_module(module)
 
 
+DEPRECATED_DATA_FLAGS = [
+    DeprecatedFlag("--n", "--size"),
+    DeprecatedFlag("-o", "data.builder_args.<key>", dest="options"),
+]
+DEPRECATED_SERVE_FLAGS = [
+    DeprecatedFlag("--dtype", "engine.dtype"),
+    DeprecatedFlag("--backend", "engine.backend"),
+]
+"""Flags that spelled settings before the one grammar (``aloft.cli_settings``): one more release."""
+
+
 def _serve(args: argparse.Namespace) -> int:
     from aloft.inference.serving import serve  # needs fastapi and uvicorn: aloft[serve]
     from aloft.models import resolve_model_path
 
+    note_deprecated_flags(args, DEPRECATED_SERVE_FLAGS, "serve")
+    engine = parse_settings(args.settings, ["engine.backend", "engine.dtype"], "serve")
     serve(
         resolve_model_path(args.model),
         host=args.host,
         port=args.port,
-        dtype=args.dtype,
+        dtype=engine.get("engine.dtype", args.dtype or "auto"),
         api_key=args.api_key,
-        backend=args.backend,
+        backend=engine.get("engine.backend", args.backend or "hf"),
         served_model_name=args.served_model_name or args.model,
         capture_dir=args.capture,
     )
@@ -340,8 +403,20 @@ def _serve(args: argparse.Namespace) -> int:
 def _tinker_serve(args: argparse.Namespace) -> int:
     from aloft.tinker.server import serve  # needs the tinker extra: aloft[tinker]
 
+    parse_settings(args.settings, [], "tinker-serve")  # it takes none: a key=value word is a mistake
+    if args.model_flag is not None:
+        print(
+            "aloft tinker-serve: --model is deprecated and goes in the next release; give MODEL first, "
+            "as aloft serve takes it",
+            file=sys.stderr,
+        )
+    model = args.model or args.model_flag
+    if model is None:
+        raise ValueError(
+            "aloft tinker-serve needs a model: aloft tinker-serve MODEL (a model dir, built-in name or hub id)"
+        )
     serve(
-        args.model,
+        model,
         host=args.host,
         port=args.port,
         checkpoint_dir=args.checkpoint_dir,
@@ -387,12 +462,16 @@ def _data(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.data_command != "build":
         parser.print_help()
         return 1
-    options = builder_options(args.options)
+    note_deprecated_flags(args, DEPRECATED_DATA_FLAGS, "data build")
+    options = builder_options(args.options or [])
+    for key, value in parse_settings(args.settings, ["data.builder_args.*"], "data build").items():
+        options[key.removeprefix("data.builder_args.")] = value
+    size = args.size if args.size is not None else args.n
     splits = dataset_splits(args.name) if args.split == "all" else [args.split]
-    if args.n is None and not is_fixed_dataset(args.name):
-        raise ValueError(f"dataset builder {args.name!r} generates rows: give their number with --n")
+    if size is None and not is_fixed_dataset(args.name):
+        raise ValueError(f"dataset builder {args.name!r} generates rows: give their number with --size")
     built = {
-        split: build_dataset(args.name, n=args.n or 0, seed=args.seed, split=split, **dict(options))
+        split: build_dataset(args.name, n=size or 0, seed=args.seed, split=split, **dict(options))
         for split in splits
     }
     for split, rows in built.items():

@@ -13,48 +13,79 @@ from pathlib import Path
 from typing import Any
 
 from aloft.cli_errors import yaml_problem
+from aloft.cli_settings import DeprecatedFlag, note_deprecated_flags, parse_settings
+
+EVAL_KEYS: dict[str, str] = {
+    "data.eval_files": "data",
+    "data.builder": "builder",
+    "data.eval_size": "size",
+    "data.eval_split": "split",
+    "data.builder_args.*": "options",
+    "env.name": "env",
+    "env.config": "env_config",
+    "env.config.*": "env_config",
+    "generator.eval_n_samples": "n",
+    "generator.eval_temperature": "temperature",
+    "generator.max_new_tokens": "max_new_tokens",
+    "generator.max_turns": "max_turns",
+    "generator.max_total_tokens": "max_total_tokens",
+    "generator.stop": "stop",
+    "engine.backend": "backend",
+    "engine.urls": "url",
+    "engine.dtype": "dtype",
+    "trainer.seed": "seed",
+}
+"""The config keys ``aloft eval`` reads (the same keys, with the same meaning, as ``aloft train``)
+-> the argument each sets. Without them: the run's settings, else the defaults below."""
+
+EVAL_DEFAULTS: dict[str, Any] = {
+    "data": [],
+    "size": 64,
+    "split": "eval",
+    "options": [],
+    "seed": 1_000_003,
+    "n": 1,
+    "temperature": 0.0,
+}
+
+DEPRECATED_EVAL_FLAGS = [
+    DeprecatedFlag("--data", "data.eval_files"),
+    DeprecatedFlag("--builder", "data.builder"),
+    DeprecatedFlag("--size", "data.eval_size"),
+    DeprecatedFlag("--split", "data.eval_split"),
+    DeprecatedFlag("-o", "data.builder_args.<key>", dest="options"),
+    DeprecatedFlag("--stop", "generator.stop"),
+    DeprecatedFlag("--seed", "trainer.seed"),
+    DeprecatedFlag("--env", "env.name"),
+    DeprecatedFlag("--env-config", "env.config"),
+    DeprecatedFlag("--n", "generator.eval_n_samples"),
+    DeprecatedFlag("--temperature", "generator.eval_temperature"),
+    DeprecatedFlag("--max-new-tokens", "generator.max_new_tokens"),
+    DeprecatedFlag("--max-turns", "generator.max_turns"),
+    DeprecatedFlag("--max-total-tokens", "generator.max_total_tokens"),
+    DeprecatedFlag("--backend", "engine.backend"),
+    DeprecatedFlag("--url", "engine.urls"),
+    DeprecatedFlag("--dtype", "engine.dtype"),
+]
+"""The flags that spelled settings before the one grammar; they work, with a note, for one release."""
 
 
 def add_eval_parser(sub: Any, add_debug: Callable[[argparse.ArgumentParser], None]) -> None:
     """The ``eval`` subcommand's arguments on ``sub`` (argparse subparsers)."""
+    keys = ", ".join(k.replace(".*", ".<key>") for k in EVAL_KEYS)
     ev = sub.add_parser(
         "eval",
         help="mean reward and pass@k of a model, run or checkpoint (LoRA too, unexported) on a dataset",
+        usage="aloft eval MODEL [section.key=value ...] [--rollouts FILE] [--compare OTHER] [--debug]",
+        description="Settings are the config keys aloft train takes, with the same meaning: "
+        f"{keys}. Without them a run or checkpoint brings its run's settings and eval rows. Example: "
+        "aloft eval runs/quickstart data.builder=arithmetic data.eval_size=64 generator.eval_n_samples=4",
     )
     ev.add_argument(
         "model",
         help="model dir, built-in name, run dir (its export/ or latest checkpoint) or checkpoint dir; "
         "a run or checkpoint brings its run's env config, stop strings, limits, engine and eval rows",
     )
-    ev.add_argument("--data", nargs="*", default=[], help="eval files (.jsonl/.parquet)")
-    ev.add_argument(
-        "--builder", default=None, help="built-in dataset builder when no --data (e.g. arithmetic)"
-    )
-    ev.add_argument(
-        "--size", type=int, default=64, help="rows to build / evaluate (0: every row of a fixed dataset)"
-    )
-    ev.add_argument("--split", default="eval", help="builder split (sql: eval or heldout)")
-    add_builder_options(ev, example="max_turns=1")
-    ev.add_argument(
-        "--stop", action="append", default=None, help="a stop string, repeatable (e.g. --stop '</sql>')"
-    )
-    ev.add_argument("--seed", type=int, default=1_000_003, help="builder and sampling seed")
-    ev.add_argument("--env", default=None, help="env id for every row (default: each row's env_class)")
-    ev.add_argument("--env-config", default=None, help="the env's config as YAML, e.g. '{max_turns: 3}'")
-    ev.add_argument("--n", type=int, default=1, help="samples per prompt (pass@k for every k up to n)")
-    ev.add_argument("--temperature", type=float, default=0.0)
-    ev.add_argument("--max-new-tokens", type=int, default=None, help="per turn (default: the run's, or 64)")
-    ev.add_argument("--max-turns", type=int, default=None, help="turn limit (default: the run's, or 1)")
-    ev.add_argument(
-        "--max-total-tokens", type=int, default=None, help="whole completion (default: the run's)"
-    )
-    ev.add_argument(
-        "--backend", default=None, help="inference engine: hf, vllm, remote, ... (default: the run's, or hf)"
-    )
-    ev.add_argument(
-        "--url", action="append", default=None, help="server URL for --backend remote, repeatable"
-    )
-    ev.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default=None)
     ev.add_argument(
         "--rollouts",
         default=None,
@@ -65,7 +96,8 @@ def add_eval_parser(sub: Any, add_debug: Callable[[argparse.ArgumentParser], Non
         default=None,
         metavar="OTHER",
         help="a second model, run or checkpoint on the same rows and settings (the first's): the "
-        "paired gain in items solved, its 95%% CI and the exact McNemar p (needs --n 1)",
+        "paired gain in items solved, its 95%% CI and the exact McNemar p (needs "
+        "generator.eval_n_samples=1)",
     )
     ev.add_argument(
         "--solved-reward",
@@ -77,7 +109,51 @@ def add_eval_parser(sub: Any, add_debug: Callable[[argparse.ArgumentParser], Non
     ev.add_argument(
         "--comparison-out", default=None, help="--compare: write the per-item outcomes and the result here"
     )
+    deprecated = ev.add_argument_group("deprecated flags (each works for one release; use the key)")
+    for flag in DEPRECATED_EVAL_FLAGS:
+        names = ["-o", "--option"] if flag.flag == "-o" else [flag.flag]
+        repeated = flag.dest in ("stop", "url", "options")
+        deprecated.add_argument(
+            *names,
+            dest=flag.dest,
+            default=None,
+            action="append" if repeated else "store",
+            nargs="*" if flag.dest == "data" else None,
+            type=_FLAG_TYPES.get(flag.dest, str),
+            help=f"use {flag.key}",
+        )
     add_debug(ev)
+
+
+_FLAG_TYPES: dict[str, Callable[[str], Any]] = {
+    "size": int,
+    "seed": int,
+    "n": int,
+    "temperature": float,
+    "max_new_tokens": int,
+    "max_turns": int,
+    "max_total_tokens": int,
+}
+
+
+def apply_eval_settings(args: argparse.Namespace) -> None:
+    """``args`` with the deprecated flags noted, the dotted settings applied over them, and the
+    defaults filled in where neither gave a value."""
+    note_deprecated_flags(args, DEPRECATED_EVAL_FLAGS, "eval")
+    values = parse_settings(getattr(args, "settings", []), list(EVAL_KEYS), "eval")
+    if args.env_config is not None:
+        args.env_config = _env_config(args.env_config)
+    args.options = builder_options(args.options or [])
+    for key, value in values.items():
+        if key.startswith("data.builder_args."):
+            args.options[key.removeprefix("data.builder_args.")] = value
+        elif key.startswith("env.config."):
+            args.env_config = {**(args.env_config or {}), key.removeprefix("env.config."): value}
+        else:
+            setattr(args, EVAL_KEYS[key], value)
+    for dest, default in EVAL_DEFAULTS.items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, default)
 
 
 def run_eval_command(args: argparse.Namespace) -> int:
@@ -91,21 +167,22 @@ def run_eval_command(args: argparse.Namespace) -> int:
         write_eval_rollouts,
     )
 
+    apply_eval_settings(args)
     source = resolve_eval_source(args.model)
     if args.data:
         rows = [r for path in args.data for r in read_rows(path, default_env=args.env)]
     elif args.builder:
-        raw = build_dataset(
-            args.builder, n=args.size, seed=args.seed, split=args.split, **builder_options(args.options)
-        )
+        raw = build_dataset(args.builder, n=args.size, seed=args.seed, split=args.split, **args.options)
         rows = [
             validate_row(r, i, f"builder {args.builder}", default_env=args.env) for i, r in enumerate(raw)
         ]
     else:
         rows = source.eval_rows(args.env)
     if not rows:
-        raise ValueError("eval needs rows: --data FILE, --builder NAME, or a run that has eval rows")
-    env_config = _env_config(args.env_config)
+        raise ValueError(
+            "eval needs rows: data.eval_files=[FILE], data.builder=NAME, or a run that has eval rows"
+        )
+    env_config = args.env_config
     rows = rows[: args.size] if args.data and args.size > 0 else rows
     if args.env:
         for row in rows:
@@ -146,7 +223,7 @@ def _compare(args: argparse.Namespace, source: Any, rows: list[Any], settings: A
     from aloft.trainer.paired import compare, solved_by_item
 
     if args.n != 1:
-        raise ValueError(f"--compare pairs one sample an item: use --n 1 (got --n {args.n})")
+        raise ValueError(f"--compare pairs one sample an item: set generator.eval_n_samples=1 (got {args.n})")
     if args.rollouts:
         raise ValueError("--rollouts names one file; with --compare each side's go to its run's eval/")
     other = resolve_eval_source(args.compare)

@@ -1,4 +1,5 @@
-"""Name -> plugin tables behind aloft's ``@register_*`` decorators (algorithms, plans, engines).
+"""Name -> plugin tables behind aloft's ``@register_*`` decorators (algorithms, plans, engines),
+and the run settings registered envs bring (``ENV_OVERLAYS``).
 
 Standard library only, so every layer may use it.
 """
@@ -9,6 +10,10 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+
+ENV_OVERLAYS: dict[str, dict[str, Any]] = {}
+"""Env id -> the config sections a run selecting the env starts from (``register_env(id, overlay=...)``).
+Kept here, not in aloft.gym, so that aloft.config reads it without importing the gym."""
 
 
 def register(table: dict[str, Any], kind: str, decorator_name: str, name: str) -> Callable[[_F], _F]:

@@ -9,7 +9,20 @@ from aloft.data import read_rows
 def test_data_build_writes_valid_rows(tmp_path, capsys):
     out = tmp_path / "sql_eval.jsonl"
     assert (
-        main(["data", "build", "sql", "--n", "5", "--split", "eval", "--out", str(out), "-o", "db=chinook"])
+        main(
+            [
+                "data",
+                "build",
+                "sql",
+                "--size",
+                "5",
+                "--split",
+                "eval",
+                "--out",
+                str(out),
+                "data.builder_args.db=chinook",
+            ]
+        )
         == 0
     )
     rows = read_rows(out)
@@ -19,19 +32,30 @@ def test_data_build_writes_valid_rows(tmp_path, capsys):
 
 def test_data_build_errors_are_one_line(tmp_path, capsys):
     out = tmp_path / "x.jsonl"
-    assert main(["data", "build", "sql", "--n", "5", "--out", str(out), "-o", "nope=1"]) == 2
+    assert main(["data", "build", "sql", "--size", "5", "--out", str(out), "data.builder_args.nope=1"]) == 2
     assert "unknown options ['nope']; accepted: ['db', 'max_turns', 'hint']" in capsys.readouterr().err
-    assert main(["data", "build", "sql", "--n", "5000", "--out", str(out)]) == 2
+    assert main(["data", "build", "sql", "--size", "5000", "--out", str(out)]) == 2
     assert "asked for 5000" in capsys.readouterr().err
     assert not out.exists()
 
 
 def test_data_build_sql_all_writes_every_split_of_both_protocols(tmp_path, capsys):
     """`aloft data build sql --split all --out DIR`: SkyRL-SQL-shaped train, in-domain eval and
-    held-out files; `-o max_turns=1` gives the 1-turn protocol of the same questions."""
+    held-out files; `data.builder_args.max_turns=1` gives the 1-turn protocol of the same questions."""
     assert main(["data", "build", "sql", "--split", "all", "--out", str(tmp_path / "sql")]) == 0
     assert (
-        main(["data", "build", "sql", "--split", "all", "-o", "max_turns=1", "--out", str(tmp_path / "one")])
+        main(
+            [
+                "data",
+                "build",
+                "sql",
+                "--split",
+                "all",
+                "data.builder_args.max_turns=1",
+                "--out",
+                str(tmp_path / "one"),
+            ]
+        )
         == 0
     )
     printed = capsys.readouterr().out
@@ -53,3 +77,16 @@ def test_data_build_sql_all_writes_every_split_of_both_protocols(tmp_path, capsy
 def test_data_list_names_every_builder(capsys):
     assert main(["data", "list"]) == 0
     assert {"arithmetic", "math", "search", "sql"} <= set(capsys.readouterr().out.split())
+
+
+def test_data_builds_old_spellings_work_with_a_note(tmp_path, capsys):
+    out = tmp_path / "old.jsonl"
+    assert (
+        main(["data", "build", "sql", "--n", "3", "--split", "eval", "--out", str(out), "-o", "db=chinook"])
+        == 0
+    )
+    assert len(read_rows(out)) == 3
+    assert capsys.readouterr().err.splitlines() == [
+        "aloft data build: --n is deprecated and goes in the next release; write --size=VALUE instead",
+        "aloft data build: -o is deprecated and goes in the next release; write data.builder_args.<key>=VALUE instead",
+    ]

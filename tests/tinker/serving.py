@@ -23,7 +23,7 @@ def start_server(model_dir: str, *extra: str) -> tuple[subprocess.Popen[str], st
     healthy. Its output goes to a file: a pipe nobody reads would block the server once full."""
     port = free_loopback_port()
     log = tempfile.NamedTemporaryFile("w", prefix="tinker-serve-", suffix=".log", delete=False)
-    command = [sys.executable, "-m", "aloft.cli", "tinker-serve", "--model", model_dir, "--port", str(port)]
+    command = [sys.executable, "-m", "aloft.cli", "tinker-serve", model_dir, "--port", str(port)]
     process = subprocess.Popen([*command, *extra], stdout=log, stderr=subprocess.STDOUT, text=True)
     LOGS[process.pid] = log.name
     url = f"http://127.0.0.1:{port}"

@@ -32,7 +32,7 @@ def test_a_checkpoint_evaluates_exactly_as_its_export(lora, tiny_overrides, tmp_
     trainer, _, _ = run([*tiny_overrides, *TRAIN, *extra, "generator.eval_n_samples=1"])
     run_dir = trainer.c.run_dir
     checkpoint = run_dir / "checkpoints" / "step_2"
-    words = ["--n", "3", "--temperature", "1.0", "--dtype", "float32"]
+    words = ["generator.eval_n_samples=3", "generator.eval_temperature=1.0", "engine.dtype=float32"]
     from_export, note = evaluate(capsys, str(run_dir), *words)
     assert f"eval trajectories in {run_dir / 'eval' / 'export.jsonl'}" in note
     from_checkpoint, note = evaluate(capsys, str(checkpoint), *words)
@@ -48,7 +48,9 @@ def test_a_checkpoint_evaluates_exactly_as_its_export(lora, tiny_overrides, tmp_
     # ...and differs from the base model's: the checkpoint's weights were really loaded.
     base_rollouts = tmp_path / "base.jsonl"
     data = str(run_dir / "data" / "eval.jsonl")
-    evaluate(capsys, trainer.cfg.model.path, "--data", data, "--rollouts", str(base_rollouts), *words)
+    evaluate(
+        capsys, trainer.cfg.model.path, f"data.eval_files=[{data}]", "--rollouts", str(base_rollouts), *words
+    )
     assert completions(base_rollouts) != completions(run_dir / "eval" / "export.jsonl")
 
 
@@ -74,15 +76,26 @@ def test_a_runs_settings_are_the_defaults_and_flags_win():
 @pytest.mark.parametrize(
     "words, message",
     [
-        (["/no/such/model", "--builder", "arithmetic"], "model '/no/such/model' is not available offline"),
+        (["/no/such/model", "data.builder=arithmetic"], "model '/no/such/model' is not available offline"),
         (
             ["smollm2-135m-instruct"],
-            "eval needs rows: --data FILE, --builder NAME, or a run that has eval rows",
+            "eval needs rows: data.eval_files=[FILE], data.builder=NAME, or a run that has eval rows",
         ),
-        (["smollm2-135m-instruct", "--data", "/no/rows.jsonl"], "/no/rows.jsonl: dataset file not found"),
         (
-            ["smollm2-135m-instruct", "--builder", "arithmetic", "--env-config", "[1]"],
-            "--env-config must be a mapping",
+            ["smollm2-135m-instruct", "data.eval_files=[/no/rows.jsonl]"],
+            "/no/rows.jsonl: dataset file not found",
+        ),
+        (
+            ["smollm2-135m-instruct", "data.builder=arithmetic", "env.config=[1]"],
+            "config key 'env.config'",
+        ),
+        (
+            ["smollm2-135m-instruct", "optim.lr=0.1"],
+            "optim.lr is not a setting of aloft eval; it takes: data.eval_files, data.builder,",
+        ),
+        (
+            ["smollm2-135m-instruct", "generator.eval_n_samples=0"],
+            "config key 'generator.eval_n_samples'=0",
         ),
     ],
 )
@@ -90,3 +103,16 @@ def test_bad_eval_input_is_one_line(words, message, capsys):
     assert main(["eval", *words]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("aloft: ") and message in err and "\n" not in err
+
+
+def test_the_flags_of_the_last_release_work_with_a_note(capsys):
+    """``--builder arithmetic --n 2``: read as data.builder and generator.eval_n_samples (the run
+    gets as far as loading the model), each with one line naming its key."""
+    assert main(["eval", "/no/such/model", "--builder", "arithmetic", "--n", "2", "-o", "low=1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[:3] == [
+        "aloft eval: --builder is deprecated and goes in the next release; write data.builder=VALUE instead",
+        "aloft eval: -o is deprecated and goes in the next release; write data.builder_args.<key>=VALUE instead",
+        "aloft eval: --n is deprecated and goes in the next release; write generator.eval_n_samples=VALUE instead",
+    ]
+    assert "model '/no/such/model' is not available offline" in err[3]

@@ -43,8 +43,13 @@ def test_aloft_eval_compares_two_models_item_by_item(tiny_model_dir, tmp_path, c
     with each side's pass@1, and a model against itself gains nothing."""
     other = build_tiny_model(tmp_path / "other", hidden_size=64, num_layers=2, seed=7)
     out = tmp_path / "comparison.json"
-    common = ["--builder", "arithmetic", "--size", "24", "--env", "test_digits", "--max-new-tokens", "6"]
-    code = main(["eval", tiny_model_dir, "--compare", other, *common, "--temperature", "1.0"]
+    common = [
+        "data.builder=arithmetic",
+        "data.eval_size=24",
+        "env.name=test_digits",
+        "generator.max_new_tokens=6",
+    ]
+    code = main(["eval", tiny_model_dir, "--compare", other, *common, "generator.eval_temperature=1.0"]
                 + ["--comparison-out", str(out)])  # fmt: skip
     assert code == 0
     printed = json.loads(capsys.readouterr().out)
@@ -66,8 +71,17 @@ def test_aloft_eval_compares_two_models_item_by_item(tiny_model_dir, tmp_path, c
 
 
 def test_compare_needs_one_sample_an_item(tiny_model_dir, capsys):
-    code = main(["eval", tiny_model_dir, "--compare", tiny_model_dir, "--builder", "arithmetic", "--n", "2"])
-    assert code == 2 and "use --n 1" in capsys.readouterr().err
+    code = main(
+        [
+            "eval",
+            tiny_model_dir,
+            "--compare",
+            tiny_model_dir,
+            "data.builder=arithmetic",
+            "generator.eval_n_samples=2",
+        ]
+    )
+    assert code == 2 and "set generator.eval_n_samples=1" in capsys.readouterr().err
 
 
 def test_an_item_is_solved_as_pass_at_1_counts_it_or_at_a_given_reward():

@@ -32,9 +32,10 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 import torch
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from aloft.algorithms.reductions import LossNormalizer
+from aloft.plugin_settings import check_settings, checked_model, settings_of
 from aloft.registry import lookup, register
 
 
@@ -119,8 +120,7 @@ def register_policy_loss(name: str, *, params: type[BaseModel] | None = None) ->
 def _with_params(
     decorator: Callable[[_F], _F], kind: str, name: str, params: type[BaseModel] | None
 ) -> Callable[[_F], _F]:
-    if params is not None and not (isinstance(params, type) and issubclass(params, BaseModel)):
-        raise TypeError(f"{kind} {name!r}: params= must be a pydantic BaseModel class, got {params!r}")
+    checked_model(f"{kind} {name!r}", params)
 
     def register_with_params(fn: _F) -> _F:
         fn = decorator(fn)
@@ -169,33 +169,11 @@ def _bound(fn: Any, model: type[BaseModel] | None, config_position: int) -> Any:
     return with_params
 
 
-def settings_of(model: type[BaseModel], params: dict[str, Any] | None) -> BaseModel:
-    """``model`` built from the keys of ``params`` it declares."""
-    return model(**{k: v for k, v in (params or {}).items() if k in model.model_fields})
-
-
 def check_algorithm_params(advantage: str, policy_loss: str, params: dict[str, Any]) -> None:
     """Every ``algorithm.params`` key is a setting the selected estimator or loss declared, and its
     value is valid; otherwise a one-line ValueError naming the key and what would be valid."""
-    owners = {
-        f"{kind} {name}": model
+    selected = {
+        f"{kind} {name}": params_model(kind, name)
         for kind, name in ((ESTIMATOR, advantage), (LOSS, policy_loss))
-        if (model := params_model(kind, name)) is not None
     }
-    declared = {field: owner for owner, model in owners.items() for field in model.model_fields}
-    for key in params:
-        if key not in declared:
-            theirs = ", ".join(sorted(declared)) or "none"
-            raise ValueError(
-                f"algorithm.params.{key} is not a setting of the {ESTIMATOR} {advantage} or the {LOSS} "
-                f"{policy_loss} (their settings: {theirs}); fix the key or select the plugin that declares it"
-            )
-    for owner, model in owners.items():
-        try:
-            settings_of(model, params)
-        except ValidationError as error:
-            problem = error.errors()[0]
-            key = ".".join(str(part) for part in problem["loc"])
-            raise ValueError(
-                f"algorithm.params.{key}={params.get(key)!r} is invalid for the {owner}: {problem['msg']}"
-            ) from None
+    check_settings("algorithm.params", selected, params)

@@ -7,7 +7,9 @@ and validates. Every problem surfaces as one ``ConfigError`` line naming the key
 
 from __future__ import annotations
 
+import copy
 import difflib
+import importlib
 import os
 import typing
 from importlib import resources
@@ -18,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from aloft.config.schema import AloftConfig
+from aloft.registry import ENV_OVERLAYS
 
 
 class ConfigError(ValueError):
@@ -87,18 +90,23 @@ def apply_override(raw: dict[str, Any], override: str) -> None:
 def load_config(preset_or_path: str | None = None, overrides: list[str] | None = None) -> AloftConfig:
     """Resolve a preset (or YAML path) plus overrides into a validated config.
 
+    The user modules of ``trainer.imports`` are imported first (a ``ConfigError`` names one that
+    cannot be), so that the envs, losses and plans they register are known.
+
     Choosing an env on the command line (``env=text2sql`` or ``env.name=text2sql``) first merges
-    that env's overlay (``presets/envs/<env>.yaml``: its dataset builder, turn limit, stop strings,
-    token budgets) over the preset, so ``aloft train quickstart env=text2sql`` trains on SQL data,
+    that env's overlay (``env_overlay``: its dataset builder, turn limit, stop strings, token
+    budgets) over the preset, so ``aloft train quickstart env=text2sql`` trains on SQL data,
     in its own run directory (``quickstart-text2sql`` unless ``trainer.name`` is given); the other
     overrides still win over the overlay.
     """
     raw = read_preset_or_file(preset_or_path) if preset_or_path else {}
     overrides = list(overrides or [])
+    import_plugins(_plugin_modules(raw, overrides))  # they may register the env, loss, plan named
     env_name = _env_override(overrides)
-    if env_name is not None and env_name in env_overlays():
+    overlay = env_overlay(env_name) if env_name is not None else None
+    if overlay is not None:
         preset_env = raw.get("env", {}).get("name") if isinstance(raw.get("env"), dict) else raw.get("env")
-        _deep_merge(raw, _read_yaml_resource(f"envs/{env_name}.yaml", f"env overlay {env_name}"))
+        _deep_merge(raw, copy.deepcopy(overlay))
         named = any(o.partition("=")[0].strip() == "trainer.name" for o in overrides)
         if env_name != preset_env and not named:
             # Another env is another run: `quickstart env=text2sql` must not resume `quickstart`.
@@ -112,6 +120,41 @@ def load_config(preset_or_path: str | None = None, overrides: list[str] | None =
             override = f"env.name={value}"  # keep the env section's other keys (the overlay's config)
         apply_override(raw, override)
     return validate_config(raw)
+
+
+def env_overlay(env_name: str) -> dict[str, Any] | None:
+    """The config sections a run selecting the env ``env_name`` starts from: a built-in env's
+    ``presets/envs/<env>.yaml``, or the ``overlay=`` a user env registered, or None."""
+    if env_name in env_overlays():
+        return _read_yaml_resource(f"envs/{env_name}.yaml", f"env overlay {env_name}")
+    return ENV_OVERLAYS.get(env_name)
+
+
+def import_plugins(modules: list[str]) -> None:
+    """Import the user modules of ``trainer.imports`` (they register envs, estimators, losses, plans),
+    or fail as one line naming the module."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise ConfigError(
+                f"trainer.imports: cannot import {module!r} ({error}); check the module name and that "
+                "it is on PYTHONPATH (run from the directory that holds it)"
+            ) from None
+
+
+def _plugin_modules(raw: dict[str, Any], overrides: list[str]) -> list[str]:
+    """``trainer.imports`` as the command line leaves it (its last override, else the preset's)."""
+    modules = raw.get("trainer", {}).get("imports", []) if isinstance(raw.get("trainer"), dict) else []
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.strip() == "trainer.imports":
+            trial: dict[str, Any] = {}
+            apply_override(trial, override)
+            modules = trial["trainer"]["imports"]
+    if isinstance(modules, str):
+        modules = [modules]
+    return [str(m) for m in modules or []]
 
 
 def env_overlays() -> list[str]:
@@ -138,9 +181,11 @@ def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> None:
             base[key] = value
 
 
-def validate_config(raw: dict[str, Any]) -> AloftConfig:
+def validate_config(raw: dict[str, Any], *, whole_run: bool = True) -> AloftConfig:
+    """``raw`` as an ``AloftConfig``, or a one-line ``ConfigError``. ``whole_run=False`` checks each
+    value alone, not the checks across sections a training run needs (``check_consistency``)."""
     try:
-        return AloftConfig.model_validate(raw)
+        return AloftConfig.model_validate(raw, context={"whole_run": whole_run})
     except ValidationError as exc:
         raise ConfigError(_one_line(exc)) from None
 

@@ -1,4 +1,5 @@
-"""aloft.gym: environments for RL on language models. Torch-free; imports only ``aloft.types``.
+"""aloft.gym: environments for RL on language models. Torch-free; imports only ``aloft.types`` and
+``aloft.plugin_settings`` (pydantic).
 
 from aloft.gym import make
 env = make("arithmetic", extras={"answer": "8"})
@@ -7,7 +8,17 @@ out = env.step("3 plus 5 is 8. The answer is 8.")   # StepOutput(observations=[]
 """
 
 from aloft.gym.checker import EnvCheckError, check_env
-from aloft.gym.core import Env, StepOutput, UnknownEnvError, make, register, register_env, registered
+from aloft.gym.core import (
+    Env,
+    StepOutput,
+    UnknownEnvError,
+    make,
+    overlay_of,
+    params_of,
+    register,
+    register_env,
+    registered,
+)
 from aloft.gym.envs import BUILTIN_ENVS
 from aloft.types import InfrastructureError
 
@@ -19,6 +30,8 @@ __all__ = [
     "UnknownEnvError",
     "check_env",
     "make",
+    "overlay_of",
+    "params_of",
     "register",
     "register_env",
     "registered",

@@ -28,9 +28,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel
+
+from aloft.plugin_settings import checked_model, validated_settings
+from aloft.registry import ENV_OVERLAYS
 from aloft.types import Message
 
-__all__ = ["Env", "EnvFactory", "StepOutput", "UnknownEnvError", "make", "register", "registered"]
+__all__ = [
+    "Env",
+    "EnvFactory",
+    "StepOutput",
+    "UnknownEnvError",
+    "make",
+    "overlay_of",
+    "params_of",
+    "register",
+    "registered",
+]
 
 
 @dataclass
@@ -54,8 +68,9 @@ class Env(ABC):
     Subclasses implement ``step`` and usually ``reset`` and ``metrics``. They are constructed as
     ``Env(config, extras)``:
 
-    - ``config``: the env's settings for the whole run (from the training config, merged over the
-      defaults given to ``register``). Multi-turn envs read their turn limit from ``max_turns``.
+    - ``config``: the env's settings for the whole run (``env.config``, merged over the defaults
+      given to ``register``; an env registered with ``params=`` gets them validated, its model's
+      defaults filled in). Multi-turn envs read their turn limit from ``max_turns``.
     - ``extras``: the dataset row's env fields (every free column plus ``reward_spec`` and
       ``extra_info``), i.e. what this one episode is about (question, ground truth, DB path, ...).
 
@@ -115,17 +130,33 @@ class UnknownEnvError(KeyError):
 class _Registration:
     entry_point: str | EnvFactory
     defaults: dict[str, Any]
+    params: type[BaseModel] | None = None
 
 
 _REGISTRY: dict[str, _Registration] = {}
 
 
-def register(env_id: str, entry_point: str | EnvFactory, *, override: bool = False, **defaults: Any) -> None:
+def register(
+    env_id: str,
+    entry_point: str | EnvFactory,
+    *,
+    override: bool = False,
+    params: type[BaseModel] | None = None,
+    overlay: dict[str, Any] | None = None,
+    **defaults: Any,
+) -> None:
     """Register an env under ``env_id``.
 
     ``entry_point`` is either ``"package.module:ClassName"`` (imported lazily, on the first
     ``make``, so registering costs nothing) or a callable ``(config=..., extras=...) -> Env``.
     ``defaults`` are config values merged *under* the config given to ``make``.
+    ``params``: the env's own settings, a pydantic model; ``env.config`` is checked against it before
+    a run's model loads (one line naming the key), and the env's ``config`` holds the validated
+    values with the model's defaults filled in.
+    ``overlay``: the run settings the env wants when a run selects it (``env=ENV_ID``), as config
+    sections, e.g. ``{"generator": {"max_turns": 2, "stop": ["</tool>"]}}``; merged over the preset,
+    under the command line's own overrides (the built-in envs keep theirs in
+    ``aloft/config/presets/envs/``).
     Registering an id twice raises ``ValueError`` unless ``override=True``.
     """
     if not isinstance(env_id, str) or not env_id:
@@ -144,21 +175,46 @@ def register(env_id: str, entry_point: str | EnvFactory, *, override: bool = Fal
         raise ValueError(
             f"env id '{env_id}' is already registered; pass override=True to replace it or pick another id"
         )
-    _REGISTRY[env_id] = _Registration(entry_point=entry_point, defaults=dict(defaults))
+    if overlay is not None and not isinstance(overlay, dict):
+        raise TypeError(f"env '{env_id}': overlay= must be a mapping of config sections, got {overlay!r}")
+    _REGISTRY[env_id] = _Registration(
+        entry_point=entry_point, defaults=dict(defaults), params=checked_model(f"env '{env_id}'", params)
+    )
+    ENV_OVERLAYS.pop(env_id, None)
+    if overlay is not None:
+        ENV_OVERLAYS[env_id] = overlay
 
 
-def register_env(env_id: str, **defaults: Any) -> Callable[[type[Env]], type[Env]]:
-    """Class decorator: ``register(env_id, cls, **defaults)``, the same style as the other extension
-    points (``@register_policy_loss``, ``@register_plan``, ...). Returns the class unchanged."""
+def register_env(
+    env_id: str,
+    *,
+    params: type[BaseModel] | None = None,
+    overlay: dict[str, Any] | None = None,
+    **defaults: Any,
+) -> Callable[[type[Env]], type[Env]]:
+    """Class decorator: ``register(env_id, cls, params=..., overlay=..., **defaults)``, the same style
+    as the other extension points (``@register_policy_loss``, ``@register_plan``, ...). Returns the
+    class unchanged."""
 
     def decorator(cls: type[Env]) -> type[Env]:
         existing = _REGISTRY.get(env_id)
         if existing is not None and existing.entry_point is cls:  # a module imported twice
             return cls
-        register(env_id, cls, **defaults)
+        register(env_id, cls, params=params, overlay=overlay, **defaults)
         return cls
 
     return decorator
+
+
+def params_of(env_id: str) -> type[BaseModel] | None:
+    """The settings model the env ``env_id`` declared (``params=``), if any (None when unregistered)."""
+    registration = _REGISTRY.get(env_id)
+    return registration.params if registration is not None else None
+
+
+def overlay_of(env_id: str) -> dict[str, Any] | None:
+    """The run settings the env ``env_id`` registered (``overlay=``), if any."""
+    return ENV_OVERLAYS.get(env_id)
 
 
 def registered() -> list[str]:
@@ -175,7 +231,12 @@ def make(env_id: str, config: dict[str, Any] | None = None, extras: dict[str, An
             "Register it with aloft.gym.register(id, 'module:Class') or fix the row's env_class"
         )
     factory = _resolve(env_id, registration.entry_point)
-    env = factory(config={**registration.defaults, **(config or {})}, extras=dict(extras or {}))
+    merged = {**registration.defaults, **(config or {})}
+    if registration.params is not None:  # validated, the model's defaults filled in
+        merged.update(
+            validated_settings("env.config", f"env {env_id}", registration.params, merged).model_dump()
+        )
+    env = factory(config=merged, extras=dict(extras or {}))
     if not isinstance(env, Env):
         raise TypeError(
             f"env '{env_id}': the entry point returned {type(env).__name__}, not an aloft.gym.Env; "

@@ -18,7 +18,7 @@ def serve(
     *,
     host: str = "127.0.0.1",
     port: int = 8000,
-    dtype: str = "float32",
+    dtype: str = "auto",
     api_key: str | None = None,
     backend: str = "hf",
     served_model_name: str | None = None,

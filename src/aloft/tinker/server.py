@@ -139,7 +139,7 @@ class TinkerService:
         if base_model is not None and base_model not in (self.model, self.host.path):
             raise TinkerUserError(
                 f"base model {base_model!r} is not served here; this server serves {self.model!r} "
-                f"(start another with `aloft tinker-serve --model {base_model}`)"
+                f"(start another with `aloft tinker-serve {base_model}`)"
             )
 
 

@@ -10,19 +10,20 @@ is a ``ConfigError`` naming the key and the fix; ``aloft train`` prints it as on
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from aloft import algorithms, gym
 from aloft.config import AloftConfig, ConfigError
+from aloft.config.loading import import_plugins as import_modules
 from aloft.data import DatasetRow
 from aloft.inference.base import registered_engines
 from aloft.models import resolve_model_path
 from aloft.models.device import resolve_device
 from aloft.models.loading import ModelUnavailableError
-from aloft.trainer.plans import make_plan, registered_plans
+from aloft.plugin_settings import check_settings
+from aloft.trainer.plans import check_plan_params, make_plan, registered_plans
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -30,14 +31,7 @@ logger = logging.getLogger(__name__)
 
 def import_plugins(cfg: AloftConfig) -> None:
     """Import ``trainer.imports`` (user modules that register envs, estimators, losses, plans)."""
-    for module in cfg.trainer.imports:
-        try:
-            importlib.import_module(module)
-        except ImportError as error:
-            raise ConfigError(
-                f"trainer.imports: cannot import {module!r} ({error}); check the module name and that "
-                "it is on PYTHONPATH (run from the directory that holds it)"
-            ) from None
+    import_modules(cfg.trainer.imports)
 
 
 def check_names(cfg: AloftConfig) -> None:
@@ -60,7 +54,14 @@ def check_names(cfg: AloftConfig) -> None:
         raise ConfigError(
             f"trainer.plan={cfg.trainer.plan} is not a registered plan; known: {registered_plans()}"
         )
-    if make_plan(cfg.trainer.plan).off_policy and algo.off_policy_correction == "none":
+    try:
+        check_plan_params(cfg.trainer.plan, cfg.trainer.plan_params)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    if (
+        make_plan(cfg.trainer.plan, cfg.trainer.plan_params).off_policy
+        and algo.off_policy_correction == "none"
+    ):
         raise ConfigError(
             f"trainer.plan={cfg.trainer.plan} trains on samples from older policy versions, and "
             f"algorithm.policy_loss={algo.policy_loss} needs them corrected: set "
@@ -129,8 +130,19 @@ def check_envs(cfg: AloftConfig, train_rows: list[DatasetRow], eval_rows: list[D
                     f"{gym.registered()} (register your own and list its module in trainer.imports)"
                 )
             first.setdefault(env_class, row)
+        check_env_settings(cfg, list(first))
         for env_class, row in first.items():
             _check_env(cfg, split, env_class, row)
+
+
+def check_env_settings(cfg: AloftConfig, env_classes: list[str]) -> None:
+    """``env.config`` against the settings the run's envs declared (``params=`` at registration):
+    a bad value fails as one line; so does an unknown key, when every one of them declared its own."""
+    selected = {f"env {env_class}": gym.params_of(env_class) for env_class in env_classes}
+    try:
+        check_settings("env.config", selected, cfg.env.config, undeclared_readers=True)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
 
 
 def _check_env(cfg: AloftConfig, split: str, env_class: str, row: DatasetRow) -> None:

@@ -39,8 +39,18 @@ from aloft.types import GenerationRequest, RolloutStatus, SamplingParams, Trajec
 class Trainer:
     """Owns a run directory and runs its execution plan (``trainer.plan``); rerunning it resumes.
 
-    The plan decides when to generate, update and sync (aloft.trainer.plans); the stages it
-    composes are the methods below: ``generate_batch``, ``update``, ``sync_weights``, ``end_step``.
+    The plan decides when to generate, update and sync (aloft.trainer.plans). What a plan may use,
+    the whole plan API (no plan reaches further, into ``c`` or a private method):
+
+    - state: ``cfg`` (the run's config), ``step`` (the last finished step; the policy version the
+      engines hold), ``resumed_plan_state`` (what the plan gave ``end_step`` at the checkpoint this
+      run resumed from, or None);
+    - whole stages: ``generate_batch(step)`` (prompts -> trajectory groups, failures checked,
+      dynamic sampling), ``update(groups, step)``, ``sync_weights(version, ...)``,
+      ``end_step(step, batch, metrics, plan_state)`` (logging, eval, checkpoint; sets ``step``);
+    - the parts of ``generate_batch``, for plans that generate group by group: ``next_prompts()``,
+      ``generate_groups(rows, seed, prefix)``, ``shape_rewards(groups)``,
+      ``check_failures(step, groups, failed, generated)``.
     """
 
     def __init__(self, config: AloftConfig) -> None:
@@ -56,7 +66,7 @@ class Trainer:
         # Data-parallel ranks other than 0 only train: rank 0 generates, evaluates, logs and writes.
         self.is_main = self.c.is_main
         self.step = 0
-        self.plan = make_plan(config.trainer.plan)
+        self.plan = make_plan(config.trainer.plan, config.trainer.plan_params)
         self.last: dict[str, float] = {}
         self.resumed_plan_state: Any = None
         """What the plan saved with the checkpoint this run resumed from (a prefetched batch, a buffer)."""
@@ -95,9 +105,9 @@ class Trainer:
         dynamic sampling, refill dropped groups."""
         if not self.is_main:
             return Batch([], self.share_groups([]))
-        algo, c = self.cfg.algorithm, self.c
+        algo = self.cfg.algorithm
         want = self.cfg.trainer.prompts_per_step
-        rows = c.loader.next_batch()
+        rows = self.next_prompts()
         generated = await self._generate(rows, step, round_=0)
         groups, failed = drop_failed_trajectories(generated)
         count = sum(len(g.trajectories) for g in generated)
@@ -108,7 +118,7 @@ class Trainer:
             kept, dropped = drop_zero_variance_groups(groups)
             rounds = 1
             while len(kept) < want and rounds < algo.max_sampling_rounds:
-                more_rows = c.loader.next_batch()
+                more_rows = self.next_prompts()
                 more_generated = await self._generate(more_rows, step, rounds)
                 more_groups, more_failed = drop_failed_trajectories(more_generated)
                 more, more_dropped = drop_zero_variance_groups(more_groups)
@@ -125,6 +135,11 @@ class Trainer:
                 stats["sampling/drawn_reward_mean"] = sum(drawn) / len(drawn)
         self.check_failures(step, groups, failed, count)
         return Batch(rows, self.share_groups(self.shape_rewards(groups)), stats, failed)
+
+    def next_prompts(self) -> list[Any]:
+        """The next ``trainer.prompts_per_step`` dataset rows. The loader's cursor goes into every
+        checkpoint (taken by ``end_step``), so a resumed run draws the rows the stopped one would have."""
+        return self.c.loader.next_batch()
 
     def shape_rewards(self, groups: list[TrajectoryGroup]) -> list[TrajectoryGroup]:
         """Reward shaping that needs the whole trajectory (DAPO's soft overlong penalty)."""

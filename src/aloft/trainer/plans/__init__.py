@@ -18,6 +18,22 @@ to start unless ``algorithm.off_policy_correction`` is on. Register your own wit
 
 # The built-in plans register themselves.
 from aloft.trainer.plans import fully_async, one_step_off, sync  # noqa: F401
-from aloft.trainer.plans.base import Batch, ExecutionPlan, make_plan, register_plan, registered_plans
+from aloft.trainer.plans.base import (
+    Batch,
+    ExecutionPlan,
+    check_plan_params,
+    declared_plan_params,
+    make_plan,
+    register_plan,
+    registered_plans,
+)
 
-__all__ = ["Batch", "ExecutionPlan", "make_plan", "register_plan", "registered_plans"]
+__all__ = [
+    "Batch",
+    "ExecutionPlan",
+    "check_plan_params",
+    "declared_plan_params",
+    "make_plan",
+    "register_plan",
+    "registered_plans",
+]

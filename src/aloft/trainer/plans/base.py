@@ -8,6 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pydantic import BaseModel
+
+from aloft.plugin_settings import check_settings, checked_model, validated_settings
 from aloft.registry import lookup, register
 from aloft.types import Trajectory, TrajectoryGroup
 
@@ -33,17 +36,58 @@ class ExecutionPlan(Protocol):
     async def run(self, trainer: Trainer) -> None: ...
 
 
-_PLANS: dict[str, Callable[[], ExecutionPlan]] = {}
+_PLANS: dict[str, Callable[..., ExecutionPlan]] = {}
+_PARAMS: dict[str, type[BaseModel]] = {}
+"""Plan name -> the settings model it declared (``params=`` at registration)."""
 
 
-def register_plan(name: str) -> Callable[[Any], Any]:
-    """Class decorator: make a plan selectable as ``trainer.plan=name``."""
-    return register(_PLANS, "execution plan", "register_plan", name)
+def register_plan(name: str, *, params: type[BaseModel] | None = None) -> Callable[[Any], Any]:
+    """Class decorator: make a plan selectable as ``trainer.plan=name``.
+
+    ``params``: the plan's own settings, a pydantic model. The user sets them as
+    ``trainer.plan_params.<key>=...``; they are checked before the model loads, and the plan is
+    built as ``cls(params=settings)`` (defaults filled in). A plan without ``params`` is built as
+    ``cls()``.
+    """
+    checked_model(f"execution plan {name!r}", params)
+    add = register(_PLANS, "execution plan", "register_plan", name)
+
+    def decorator(cls: Any) -> Any:
+        cls = add(cls)
+        if params is not None:
+            _PARAMS[name] = params
+        return cls
+
+    return decorator
 
 
 def registered_plans() -> list[str]:
     return sorted(_PLANS)
 
 
-def make_plan(name: str) -> ExecutionPlan:
-    return lookup(_PLANS, "execution plan", "register_plan", name)()
+def plan_params_model(name: str) -> type[BaseModel] | None:
+    """The settings model the plan ``name`` declared, if any."""
+    return _PARAMS.get(name)
+
+
+def declared_plan_params() -> dict[str, type[BaseModel]]:
+    """Every plan's declared settings model, by plan name (for ``aloft train --help``)."""
+    return dict(sorted(_PARAMS.items()))
+
+
+def check_plan_params(name: str, params: dict[str, Any]) -> None:
+    """Every ``trainer.plan_params`` key is a setting the plan ``name`` declared, with a valid value;
+    otherwise a one-line ValueError naming the key."""
+    check_settings("trainer.plan_params", {f"execution plan {name}": plan_params_model(name)}, params)
+
+
+def make_plan(name: str, params: dict[str, Any] | None = None) -> ExecutionPlan:
+    """The plan registered as ``name``, given its settings from ``params`` (``trainer.plan_params``)
+    when it declared a model."""
+    cls = lookup(_PLANS, "execution plan", "register_plan", name)
+    model = plan_params_model(name)
+    if model is None:
+        return cls()
+    return cls(
+        params=validated_settings("trainer.plan_params", f"execution plan {name}", model, params or {})
+    )

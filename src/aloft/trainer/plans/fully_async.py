@@ -167,7 +167,7 @@ class FullyAsync:
     async def _produce(self) -> None:
         while True:
             if not self.queue:
-                rows = self.trainer.c.loader.next_batch()
+                rows = self.trainer.next_prompts()
                 start = self.state.next_index
                 self.queue.extend((start + i, row, False) for i, row in enumerate(rows))
                 self.state.next_index += len(rows)

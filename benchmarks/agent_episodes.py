@@ -23,7 +23,6 @@ compare the ratios of one run, not seconds across runs.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import tempfile
@@ -36,6 +35,9 @@ from aloft.inference import make_engine
 from aloft.models import build_tiny_model, load_tokenizer, resolve_model_path
 from aloft.rollout import EpisodeLimits, Generator
 from aloft.types import SamplingParams
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import Table, command_line, write_results
 
 RELAY = textwrap.dedent(
     """
@@ -117,23 +119,29 @@ def run(argv: list[str] | None = None) -> dict:
         "prompts": args.prompts,
         "samples": args.samples,
         "max_new_tokens": args.max_new_tokens,
-        "machine": f"{platform.machine()}, {platform.python_version()}",
+        "python": platform.python_version(),
         "results": results,
     }
-    print(
-        f"agent episodes: {args.model}, {args.prompts} prompts x {args.samples} samples, <= {args.max_new_tokens} tokens"
+    table = Table(
+        ["mode", "seconds", "episodes/s", "vs in-process", "failed", "same tokens"],
+        [
+            [
+                r["mode"],
+                r["seconds"],
+                r["episodes_per_s"],
+                r["ratio"],
+                r["failed"],
+                None if r["same_tokens"] is None else f"{r['same_tokens']}/{r['episodes']}",
+            ]
+            for r in results
+        ],
+        ["{}", "{:.1f}", "{:.2f}", "{:.2f}x", "{}", "{}"],
+        title=f"agent episodes: {args.model}, {args.prompts} prompts x {args.samples} samples, "
+        f"<= {args.max_new_tokens} tokens",
     )
-    print(
-        f"{'mode':<22} {'seconds':>8} {'episodes/s':>11} {'vs in-process':>14} {'failed':>7} {'same tokens':>12}"
-    )
-    for r in results:
-        same = "" if r["same_tokens"] is None else f"{r['same_tokens']}/{r['episodes']}"
-        print(
-            f"{r['mode']:<22} {r['seconds']:>8.1f} {r['episodes_per_s']:>11.2f} {r['ratio']:>13.2f}x "
-            f"{r['failed']:>7} {same:>12}"
-        )
+    print(table)
     if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=1))
+        write_results(args.json, "agent_episodes", command_line(__file__, argv), figures, [table])
     return figures
 
 

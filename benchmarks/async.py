@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 import tempfile
@@ -35,9 +34,9 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from tabulate import tabulate
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import Table, command_line, write_results
 
 TINY_SHAPE = {"hidden_size": 512, "num_layers": 8, "num_heads": 4, "num_kv_heads": 2}
 
@@ -188,6 +187,48 @@ def plans(args: argparse.Namespace, model_dir: str, run_root: Path) -> dict[str,
 
 
 # ---------------------------------------------------------------------------------------------------
+# Tables
+# ---------------------------------------------------------------------------------------------------
+
+
+def rollouts_table(r: dict[str, Any]) -> Table:
+    return Table(
+        ["rollout loop", "seconds", "speed-up"],
+        [
+            ["sequential (one episode at a time)", r["sequential_s"], 1.0],
+            ["concurrent generator", r["concurrent_s"], r["speedup"]],
+        ],
+        ["{}", "{:.2f}", "{:.2f}"],
+        title=f"(a) {r['trajectories']} episodes, {r['turns']:.1f} turns each, a {r['tool_ms']:.0f} ms tool "
+        f"on {r['tool_turns']} of them (tiny model, hf engine)",
+    )
+
+
+def plans_tables(p: dict[str, Any], args: argparse.Namespace) -> list[Table]:
+    """Each plan's step against sync's, and the sync run's stages (what ``one_step_off`` can overlap)."""
+    columns = ["plan", "step s", "vs sync", "step / max(gen, train)", "train s", "in learner s", "sync s"]
+    keys = ["step_s", "speedup_over_sync", "over_max_generate_train", "train_s", "learner_s", "sync_s"]
+    plans = Table(
+        [*columns, "staleness"],
+        [
+            [plan, *(p[plan][key] for key in keys), p[plan].get("staleness_mean", 0.0)]
+            for plan in PLAN_OVERRIDES
+        ],
+        ["{}"] + ["{:.2f}"] * (len(keys) + 1),
+        title=f"(b) {args.prompts} prompts x 4 samples per step, {args.tokens} tokens; learner and engine "
+        "as Ray actors with one core each (disaggregated)",
+    )
+    sync = p["sync"]
+    stages = Table(
+        ["generate s", "train s", "sync s"],
+        [[sync["generate_s"], sync["train_s"], sync["sync_s"]]],
+        ["{:.2f}", "{:.2f}", "{:.3f}"],
+        title="sync stages",
+    )
+    return [plans, stages]
+
+
+# ---------------------------------------------------------------------------------------------------
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -210,68 +251,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from aloft.models import build_tiny_model
 
     figures: dict[str, Any] = {"benchmark": "async", "cpus": os.cpu_count()}
+    tables: list[Table] = []
     with tempfile.TemporaryDirectory() as tmp:
         shape = {**TINY_SHAPE, "hidden_size": args.hidden, "num_layers": args.layers}
         model_dir = build_tiny_model(Path(tmp) / "tiny", seed=0, **shape)
         figures["model"] = shape
         if "rollouts" in parts:
             r = figures["rollouts"] = asyncio.run(rollouts(args, model_dir))
-            print(
-                f"(a) {r['trajectories']} episodes, {r['turns']:.1f} turns each, a {r['tool_ms']:.0f} ms tool "
-                f"on {r['tool_turns']} of them (tiny model, hf engine)\n"
-            )
-            print(
-                tabulate(
-                    [
-                        ["sequential (one episode at a time)", r["sequential_s"], 1.0],
-                        ["concurrent generator", r["concurrent_s"], r["speedup"]],
-                    ],
-                    headers=["rollout loop", "seconds", "speed-up"],
-                    floatfmt=".2f",
-                )
-            )
-            print()
+            tables.append(rollouts_table(r))
+            print(tables[-1], end="\n\n")
         if "plans" in parts:
             p = figures["plans"] = plans(args, model_dir, Path(tmp) / "runs")
-            print(
-                f"(b) {args.prompts} prompts x 4 samples per step, {args.tokens} tokens; learner and engine "
-                "as Ray actors with one core each (disaggregated)\n"
-            )
-            rows = [
-                [
-                    plan,
-                    p[plan]["step_s"],
-                    p[plan]["speedup_over_sync"],
-                    p[plan]["over_max_generate_train"],
-                    p[plan]["train_s"],
-                    p[plan]["learner_s"],
-                    p[plan]["sync_s"],
-                    p[plan].get("staleness_mean", 0.0),
-                ]
-                for plan in PLAN_OVERRIDES
-            ]
-            print(
-                tabulate(
-                    rows,
-                    headers=[
-                        "plan",
-                        "step s",
-                        "vs sync",
-                        "step / max(gen, train)",
-                        "train s",
-                        "in learner s",
-                        "sync s",
-                        "staleness",
-                    ],
-                    floatfmt=".2f",
-                )
-            )
-            print(
-                f"\nsync stages: generate {p['sync']['generate_s']:.2f} s, train {p['sync']['train_s']:.2f} s, "
-                f"sync {p['sync']['sync_s']:.3f} s"
-            )
+            tables += plans_tables(p, args)
+            print("\n\n".join(str(table) for table in tables[-2:]))
     if args.json:
-        args.json.write_text(json.dumps(figures, indent=2))
+        write_results(args.json, "async", command_line(__file__, argv), figures, tables)
     return figures
 
 

@@ -53,7 +53,6 @@ import argparse
 import asyncio
 import contextlib
 import io
-import json
 import math
 import os
 import platform
@@ -65,7 +64,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from tabulate import tabulate
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import Table, command_line, write_results
 
 SMALL_PROGRAM = """\
 def running_max(numbers):
@@ -310,20 +310,20 @@ def bench_sandbox(calls: int) -> tuple[str, list[dict[str, Any]]]:
 # ---------------------------------------------------------------------------------------------------
 
 
-def table(columns: list[tuple[str, Any, str]], rows: list[dict[str, Any]]) -> str:
-    """Right-aligned columns; each column is (title, key or function of the row, format)."""
+def table(columns: list[tuple[str, Any, str]], rows: list[dict[str, Any]]) -> Table:
+    """A ``Table`` of ``rows``; each column is (title, key or function of the row, format)."""
 
-    def cell(row: dict[str, Any], key: Any, fmt: str) -> str:
-        value = key(row) if callable(key) else row[key]
-        return fmt.format(value)
+    def value(row: dict[str, Any], key: Any) -> Any:
+        return key(row) if callable(key) else row[key]
 
-    cells = [[cell(r, k, f) for _, k, f in columns] for r in rows]
-    return tabulate(
-        cells, headers=[title for title, _, _ in columns], stralign="right", disable_numparse=True
+    return Table(
+        [title for title, _, _ in columns],
+        [[value(row, key) for _, key, _ in columns] for row in rows],
+        [fmt for _, _, fmt in columns],
     )
 
 
-def env_table(results: list[dict[str, Any]], in_flight: int) -> str:
+def env_table(results: list[dict[str, Any]], in_flight: int) -> Table:
     c, s = "concurrent", "sequential"
     columns = [
         ("env", "env", "{}"),
@@ -347,7 +347,7 @@ def env_table(results: list[dict[str, Any]], in_flight: int) -> str:
     return table(columns, results)
 
 
-def sandbox_table(rows: list[dict[str, Any]]) -> str:
+def sandbox_table(rows: list[dict[str, Any]]) -> Table:
     columns = [
         ("program", "program", "{}"),
         ("exec ms", "exec_ms", "{:.3f}"),
@@ -446,9 +446,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 )
 
     n = args.in_flight
+    tables = [env_table(results, n)]
     print()
     print(header)
-    print(env_table(results, n))
+    print(tables[0])
     legend = [
         f"1 / {n} = trajectories in flight (sequential / concurrent: the same episodes; warm-up excluded); "
         "turns = env steps per episode;",
@@ -462,8 +463,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ]
     print("\n" + "\n".join(legend))
     if sandbox_rows:
+        tables.append(sandbox_table(sandbox_rows))
         print()
-        print(sandbox_table(sandbox_rows))
+        print(tables[-1])
         print(
             f"\nmedian ms per call over {sandbox_calls} calls, one at a time; sandbox code ms = the "
             "program's own run time inside the sandbox (SandboxResult.elapsed_s)."
@@ -481,7 +483,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "sandbox": sandbox_rows,
     }
     if args.json is not None:
-        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+        write_results(args.json, "env_throughput", command_line(__file__, argv), figures, tables)
         print(f"figures written to {args.json}")
     return figures
 

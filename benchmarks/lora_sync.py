@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import platform
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,6 +33,9 @@ from aloft.inference import InferenceEngine, make_engine
 from aloft.models import build_tiny_model, load_tokenizer, resolve_model_path
 from aloft.training import OptimSettings, PolicyWorker
 from aloft.types import GenerationRequest, SamplingParams
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import Table, command_line, write_results
 
 
 def perturbed_policy(path: str, rank: int) -> PolicyWorker:
@@ -129,7 +131,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "model": args.model,
         "engine": args.engine,
         "rank": args.rank,
-        "cpu": platform.processor() or platform.machine(),
         "repeats": args.repeats,
         "merged": merged,
         "adapter": adapter,
@@ -137,21 +138,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "time_ratio": adapter["total_s"] / merged["total_s"],
         "logprob_max_gap": gap,
     }
-    print(
-        f"LoRA weight sync to the {args.engine} engine: {args.model}, rank {args.rank} on q,k,v,o, "
-        f"float32, median of {args.repeats}"
-    )
-    print(f"{'sync':<10}{'MB sent':>12}{'trainer s':>12}{'engine s':>12}{'total s':>10}")
-    for kind, row in summary.items():
-        print(
-            f"{kind:<10}{row['bytes'] / 1e6:>12.2f}{row['trainer_s']:>12.3f}{row['engine_s']:>12.3f}{row['total_s']:>10.3f}"
-        )
-    print(
-        f"adapter / merged: bytes {figures['bytes_ratio']:.4f}, time {figures['time_ratio']:.3f}; "
-        f"sampler logprob gap after each: {gap:.2e}"
-    )
+    tables = [
+        Table(
+            ["sync", "MB sent", "trainer s", "engine s", "total s"],
+            [
+                [kind, row["bytes"] / 1e6, row["trainer_s"], row["engine_s"], row["total_s"]]
+                for kind, row in summary.items()
+            ],
+            ["{}", "{:.2f}", "{:.3f}", "{:.3f}", "{:.3f}"],
+            title=f"LoRA weight sync to the {args.engine} engine: {args.model}, rank {args.rank} on q,k,v,o, "
+            f"float32, median of {args.repeats}",
+        ),
+        Table(
+            ["bytes", "time", "sampler logprob gap after each"],
+            [[figures["bytes_ratio"], figures["time_ratio"], gap]],
+            ["{:.4f}", "{:.3f}", "{:.2e}"],
+            title="adapter / merged",
+        ),
+    ]
+    print("\n\n".join(str(table) for table in tables))
     if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=1))
+        write_results(args.json, "lora_sync", command_line(__file__, argv), figures, tables)
     return figures
 
 

@@ -9,25 +9,29 @@ import platform
 from pathlib import Path
 from typing import Any
 
-FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "avx_ne_convert")
 """The CPU flags that decide the fast float32 / bfloat16 kernels."""
 
 
 def machine_info() -> dict[str, Any]:
-    """``{"cpu", "cpu_flags", "cores", "date"}`` of this machine, today."""
-    from aloft.models.precision import cpu_flags
+    """``{"cpu", "cpu_flags", "cores", "date"}`` of this machine, today.
 
-    name = platform.processor() or platform.machine()
+    Read from ``/proc/cpuinfo`` here rather than through ``aloft.models.precision.cpu_flags``: that
+    module imports torch, and ``render.py`` and the results tests need no torch.
+    """
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.partition(":")[2].strip()
-                break
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
-        pass
+        lines = []
+
+    def first(field: str) -> str:
+        line = next((line for line in lines if line.startswith(field)), "")
+        return line.partition(":")[2].strip()
+
+    flags = set(first("flags").split())
     return {
-        "cpu": name,
-        "cpu_flags": [flag for flag in FLAGS if flag in cpu_flags()],
+        "cpu": first("model name") or platform.processor() or platform.machine(),
+        "cpu_flags": [flag for flag in FLAGS if flag in flags],
         "cores": os.cpu_count(),
         "date": datetime.date.today().isoformat(),
     }

@@ -48,6 +48,7 @@ from aloft.types import SamplingParams
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import machine_info
+from results import Table, command_line, write_results
 
 ENV_ID = "probing_text2sql"
 
@@ -137,26 +138,34 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "benchmark": "multiturn",
         "model": args.model,
         "dtype": str(model.dtype).removeprefix("torch."),
-        **machine_info(),
+        **machine_info(),  # also at the top level, where readers of the older JSON look
         "same_tokens": reprefilled["completion_sha256"] == cached["completion_sha256"],
         "rows": results,
         "prefill_ratio": reprefilled["prefilled_tokens"] / max(cached["prefilled_tokens"], 1),
         "time_ratio": reprefilled["seconds"] / max(cached["seconds"], 1e-9),
     }
-    header = f"{'hf engine':<28}{'prefilled/trajectory':>22}{'seconds':>10}"
-    print(
-        f"multi-turn text2sql: {args.model} ({figures['dtype']}), {args.trajectories} trajectories x "
-        f"{args.turns} turns x {args.turn_tokens} tokens, prompts {min(cached['prompt_tokens'])}-"
-        f"{max(cached['prompt_tokens'])} tokens, histories up to {max(cached['final_history_tokens'])}"
-    )
-    print(header)
-    for label, row in (("history re-prefilled", reprefilled), ("prefix cache", cached)):
-        print(f"{label:<28}{row['prefilled_per_trajectory']:>22.0f}{row['seconds']:>10.1f}")
-    print(
-        f"{'ratio (re-prefilled / cache)':<28}{figures['prefill_ratio']:>21.2f}x{figures['time_ratio']:>9.2f}x"
-    )
+    tables = [
+        Table(
+            ["hf engine", "prefilled/trajectory", "seconds"],
+            [
+                [label, row["prefilled_per_trajectory"], row["seconds"]]
+                for label, row in (("history re-prefilled", reprefilled), ("prefix cache", cached))
+            ],
+            ["{}", "{:.0f}", "{:.1f}"],
+            title=f"multi-turn text2sql: {args.model} ({figures['dtype']}), {args.trajectories} trajectories x "
+            f"{args.turns} turns x {args.turn_tokens} tokens, prompts {min(cached['prompt_tokens'])}-"
+            f"{max(cached['prompt_tokens'])} tokens, histories up to {max(cached['final_history_tokens'])}",
+        ),
+        Table(
+            ["prefilled/trajectory", "seconds"],
+            [[figures["prefill_ratio"], figures["time_ratio"]]],
+            ["{:.2f}x", "{:.2f}x"],
+            title="ratio (re-prefilled / cache)",
+        ),
+    ]
+    print("\n\n".join(str(table) for table in tables))
     if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=1))
+        write_results(args.json, "multiturn", command_line(__file__, argv), figures, tables)
     return figures
 
 

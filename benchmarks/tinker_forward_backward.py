@@ -17,8 +17,8 @@ is the largest gap between the two layouts' per-token logprobs.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -29,6 +29,9 @@ from aloft.tinker import batching
 from aloft.tinker.cookbook import RL_LOOP_FEW_SHOT, RL_LOOP_SUFFIX, gsm8k_rows
 from aloft.tinker.training import LoraSpec, TrainingHost
 from aloft.tinker.wire import Datum
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import Table, command_line, write_results
 
 CLIENT = "bench:train:0"
 
@@ -117,16 +120,17 @@ def main(argv: list[str] | None = None) -> dict:
         "speedup": padded_s / shared_s,
         "logprob_max_gap": gap,
     }
-    print(
-        f"\nforward_backward of {len(data)} datums ({args.groups} prompts of {prompt_tokens} tokens x "
-        f"{args.samples} replies of {args.reply_tokens}), {args.model}"
+    table = Table(
+        ["layout", "seconds", "speed-up", "logprob gap"],
+        [["padded, run whole", padded_s, 1.0, None], ["shared prompts", shared_s, padded_s / shared_s, gap]],
+        ["{}", "{:.2f}", "{:.2f}x", "{:.1e}"],
+        title=f"forward_backward of {len(data)} datums ({args.groups} prompts of {prompt_tokens} tokens x "
+        f"{args.samples} replies of {args.reply_tokens}), {args.model}",
     )
-    print("| layout | seconds | speed-up | logprob gap |")
-    print("| --- | --- | --- | --- |")
-    print(f"| padded, run whole | {padded_s:.2f} | 1.00x | |")
-    print(f"| shared prompts | {shared_s:.2f} | {padded_s / shared_s:.2f}x | {gap:.1e} |")
+    print()
+    print(table)
     if args.json:
-        args.json.write_text(json.dumps(figures, indent=2))
+        write_results(args.json, "tinker_forward_backward", command_line(__file__, argv), figures, [table])
     return figures
 
 

@@ -43,6 +43,9 @@ import httpx
 from aloft.distributed import free_loopback_port
 from aloft.tinker.cookbook import RL_LOOP_FEW_SHOT, RL_LOOP_SUFFIX, gsm8k_rows
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import Table, command_line, write_results
+
 LORA_MODULES = "[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]"
 
 
@@ -146,17 +149,6 @@ def main(argv: list[str] | None = None) -> None:
     tinker_steps = run_tinker_loop(args, work)
     aloft_steps = run_aloft_trainer(args, work)
 
-    print(
-        f"\nRL on the gsm8k stand-in, {args.model}, {args.batch} x {args.group} a step, lr {args.lr} (work: {work})"
-    )
-    print("| step | tinker loop reward | aloft train reward | tinker loop s | aloft train s |")
-    print("| --- | --- | --- | --- | --- |")
-    by_step = {r["step"]: r for r in aloft_steps}
-    for t in tinker_steps:
-        a = by_step.get(t["step"], {"reward": float("nan"), "seconds": float("nan")})
-        print(
-            f"| {t['step']} | {t['reward']:.3f} | {a['reward']:.3f} | {t['seconds']:.1f} | {a['seconds']:.1f} |"
-        )
     tinker_s = statistics.median(r["seconds"] for r in tinker_steps)
     aloft_s = statistics.median(r["seconds"] for r in aloft_steps)
     half = max(1, len(tinker_steps) // 2)
@@ -170,17 +162,36 @@ def main(argv: list[str] | None = None) -> None:
             "aloft_train": statistics.fmean(r["reward"] for r in aloft_steps[half:]),
         },
     }
-    print(
-        f"\nmedian seconds a step: tinker loop {tinker_s:.1f}, aloft train {aloft_s:.1f} "
-        f"(tinker loop / aloft train = {tinker_s / aloft_s:.2f})"
-    )
-    print(
-        "mean reward, second half of the steps: tinker loop {tinker_loop:.3f}, aloft train {aloft_train:.3f}".format(
-            **figures["mean_reward_second_half"]
-        )
-    )
+    by_step = {r["step"]: r for r in aloft_steps}
+    rows = []
+    for t in tinker_steps:
+        a = by_step.get(t["step"], {"reward": None, "seconds": None})  # a step the trainer did not log
+        rows.append([t["step"], t["reward"], a["reward"], t["seconds"], a["seconds"]])
+    second_half = figures["mean_reward_second_half"]
+    tables = [
+        Table(
+            ["step", "tinker loop reward", "aloft train reward", "tinker loop s", "aloft train s"],
+            rows,
+            ["{}", "{:.3f}", "{:.3f}", "{:.1f}", "{:.1f}"],
+            title=f"RL on the gsm8k stand-in, {args.model}, {args.batch} x {args.group} a step, lr {args.lr}",
+        ),
+        Table(
+            ["tinker loop", "aloft train", "tinker loop / aloft train"],
+            [[tinker_s, aloft_s, tinker_s / aloft_s]],
+            ["{:.1f}", "{:.1f}", "{:.2f}"],
+            title="median seconds a step",
+        ),
+        Table(
+            ["tinker loop", "aloft train"],
+            [[second_half["tinker_loop"], second_half["aloft_train"]]],
+            ["{:.3f}", "{:.3f}"],
+            title="mean reward, second half of the steps",
+        ),
+    ]
+    print(f"\n(work: {work})")
+    print("\n\n".join(str(table) for table in tables))
     if args.json:
-        args.json.write_text(json.dumps(figures, indent=2))
+        write_results(args.json, "tinker_vs_trainer", command_line(__file__, argv), figures, tables)
 
 
 if __name__ == "__main__":

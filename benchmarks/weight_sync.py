@@ -33,12 +33,14 @@ import argparse
 import asyncio
 import json
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from tabulate import tabulate
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import Table, command_line, write_results
 
 MODELS = ("tiny", "smollm2")
 SMOLLM2 = "smollm2-135m-instruct"
@@ -157,7 +159,6 @@ def across_processes(
 ) -> dict[str, Any]:
     """Run ``_across`` as two fresh processes (this file with ``--sync-worker``): trainer and engine."""
     import subprocess
-    import sys
 
     from aloft.distributed import free_loopback_port
 
@@ -177,24 +178,26 @@ def across_processes(
         Path(out).unlink(missing_ok=True)
 
 
-def format_table(results: list[dict[str, Any]]) -> str:
-    header = ("model", "dtype", "mode", "GB", "transfer s", "GB/s", "total s (with load)", "ok")
-    lines: list[tuple[str, ...]] = []
-    for result in results:
-        for row in result["rows"]:
-            lines.append(
-                (
-                    result["model"],
-                    result["dtype"],
-                    row["mode"],
-                    f"{row['bytes'] / 1e9:.3f}",
-                    f"{row['transfer_s']:.3f}",
-                    f"{row['bytes'] / row['transfer_s'] / 1e9:.2f}",
-                    f"{row['total_s']:.3f}",
-                    "yes" if row["ok"] else "NO",
-                )
-            )
-    return tabulate(lines, headers=header, disable_numparse=True)
+def results_table(results: list[dict[str, Any]]) -> Table:
+    """One row per model and sync mode."""
+    return Table(
+        ["model", "dtype", "mode", "GB", "transfer s", "GB/s", "total s (with load)", "ok"],
+        [
+            [
+                result["model"],
+                result["dtype"],
+                row["mode"],
+                row["bytes"] / 1e9,
+                row["transfer_s"],
+                row["bytes"] / row["transfer_s"] / 1e9,
+                row["total_s"],
+                "yes" if row["ok"] else "NO",
+            ]
+            for result in results
+            for row in result["rows"]
+        ],
+        ["{}", "{}", "{}", "{:.3f}", "{:.3f}", "{:.2f}", "{:.3f}", "{}"],
+    )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -246,14 +249,16 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{time.perf_counter() - started:.0f} s", flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    table = results_table(results)
     print()
-    print(format_table(results))
+    print(table)
     print()
     print(
         "GB/s = bytes the engine receives (its dtype) / transfer seconds; target (issue 5): >= 1 GB/s across processes."
     )
     if args.json:
-        args.json.write_text(json.dumps({"benchmark": "weight_sync", "results": results}, indent=2))
+        figures = {"benchmark": "weight_sync", "results": results}
+        write_results(args.json, "weight_sync", command_line(__file__, argv), figures, [table])
         print(f"figures written to {args.json}")
 
 

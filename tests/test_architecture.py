@@ -1,4 +1,4 @@
-"""Project hygiene checked in every test run: the import layers of docs/design.md §2 and ruff."""
+"""Project hygiene checked in every test run: the import layers of docs/reference/design.md §2 and ruff."""
 
 from __future__ import annotations
 

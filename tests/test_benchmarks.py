@@ -496,3 +496,124 @@ def test_agent_episodes_runs(tmp_path, capsys):
         assert math.isfinite(result["ratio"]) and result["ratio"] > 0
     assert 0 <= figures["results"][1]["same_tokens"] <= 4  # equality itself: tests/rollout/test_agent_env.py
     assert "vs in-process" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------------
+# benchmarks/results.py and benchmarks/render.py: no benchmark runs
+# ---------------------------------------------------------------------------------------------------
+
+
+def demo_tables(results):
+    """A table of every kind of cell (text, numbers, a list, a status, an empty cell), and a second."""
+    speeds = results.Table(
+        ["backend", "tok/s", "vs generate", "per round"],
+        [
+            ["HF generate", 126.4, 1.0, [1.0, 1.0]],
+            ["hf engine", 354.26, 2.8125, [2.75, 2.875]],
+            ["vllm | cpu", "skipped (--no-vllm)", None, None],
+        ],
+        ["{}", "{:.0f}", "{:.2f}x", "{:.2f}"],
+        title="SmolLM2-135M, 64 requests",
+    )
+    ratios = results.Table(["bytes", "time"], [[0.0123, 0.5]], ["{:.4f}", "{:.3f}"], title="adapter / merged")
+    return [speeds, ratios]
+
+
+def test_a_table_prints_and_renders_markdown_in_its_column_formats():
+    results = load_benchmark("results")
+    table, _ = demo_tables(results)
+    text = table.text().splitlines()
+    assert text[0] == "SmolLM2-135M, 64 requests"
+    assert text[1].split() == ["backend", "tok/s", "vs", "generate", "per", "round"]
+    assert text[4].split() == ["hf", "engine", "354", "2.81x", "2.75", "2.88"]
+    assert text[5].split() == ["vllm", "|", "cpu", "skipped", "(--no-vllm)"]
+    markdown = table.markdown().splitlines()
+    assert [cell.strip() for cell in markdown[0].strip("|").split("|")] == list(table.columns)
+    assert markdown[1].replace("-", "") == "|:|:|:|:|"  # text left-aligned, figures right-aligned
+    assert [cell.strip() for cell in markdown[3].strip("|").split("|")] == [
+        "hf engine",
+        "354",
+        "2.81x",
+        "2.75 2.88",
+    ]
+    assert "vllm \\| cpu" in markdown[4]  # a pipe in a cell does not split it
+    # The JSON form keeps raw values and formats, and prints the very same tables back.
+    again = results.Table.from_json(json.loads(json.dumps(table.to_json())))
+    assert again == table and again.markdown() == table.markdown() and again.text() == table.text()
+    with pytest.raises(ValueError):
+        results.Table(["a", "b"], [[1]])
+
+
+def test_write_results_records_the_command_and_the_machine(tmp_path):
+    import datetime
+
+    results = load_benchmark("results")
+    command = results.command_line(
+        "/anywhere/benchmarks/lora_sync.py", ["--model", "tiny", "--json", "x y.json"]
+    )
+    assert command == "python benchmarks/lora_sync.py --model tiny --json 'x y.json'"
+    tables = demo_tables(results)
+    figures = {"benchmark": "lora_sync", "bytes_ratio": 0.0123, "machine": {"read_bytes_per_s": 1e10}}
+    out = tmp_path / "lora_sync.json"
+    written = results.write_results(out, "lora_sync", command, figures, tables)
+    document = json.loads(out.read_text())
+    assert document == written
+    assert document["benchmark"] == "lora_sync" and document["command"] == command
+    assert document["bytes_ratio"] == 0.0123  # the figures stay at the top level
+    machine = document["machine"]
+    assert machine["cpu"] and isinstance(machine["cpu_flags"], list) and machine["cores"] >= 1
+    assert machine["date"] == datetime.date.today().isoformat()
+    assert machine["read_bytes_per_s"] == 1e10  # a benchmark's own machine figures join the record
+    assert document["tables"] == [table.to_json() for table in tables]
+
+
+def results_root(tmp_path, results):
+    """A repository root with one results JSON (two tables) and a page quoting both tables."""
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "docs" / "guide").mkdir(parents=True)
+    command = "python benchmarks/lora_sync.py --model tiny"
+    results.write_results(
+        tmp_path / "benchmarks" / "results" / "lora.json", "lora_sync", command, {}, demo_tables(results)
+    )
+    page = tmp_path / "docs" / "guide" / "lora.md"
+    page.write_text(
+        "Speeds:\n<!-- results: lora -->\n| a hand-typed | table |\n<!-- /results -->\n"
+        "Ratios:\n<!-- results: lora 1 -->\n<!-- /results -->\nThe end.\n"
+    )
+    return page
+
+
+def test_render_rewrites_each_region_from_its_json_and_check_then_passes(tmp_path, capsys):
+    results, render = load_benchmark("results"), load_benchmark("render")
+    page = results_root(tmp_path, results)
+    before = page.read_text()
+    assert render.main(["--root", str(tmp_path), "--check"]) == 1
+    shown = capsys.readouterr().out
+    assert "docs/guide/lora.md: stale <!-- results: lora -->" in shown
+    assert "stale <!-- results: lora 1 -->" in shown
+    assert page.read_text() == before  # --check writes nothing
+
+    assert render.main(["--root", str(tmp_path)]) == 0
+    text = page.read_text()
+    speeds, ratios = demo_tables(results)
+    document = json.loads((tmp_path / "benchmarks" / "results" / "lora.json").read_text())
+    machine = document["machine"]
+    line = f"`python benchmarks/lora_sync.py --model tiny` on {machine['cpu']} ("
+    assert text.startswith("Speeds:\n<!-- results: lora -->\n\n" + speeds.markdown() + "\n\n" + line)
+    assert f"), {machine['date']}\n\n<!-- /results -->\nRatios:" in text
+    assert ratios.markdown() in text and "hand-typed" not in text and text.endswith("The end.\n")
+    assert render.main(["--root", str(tmp_path), "--check"]) == 0
+
+
+def test_render_check_reports_a_missing_json_and_a_missing_table(tmp_path, capsys):
+    results, render = load_benchmark("results"), load_benchmark("render")
+    page = results_root(tmp_path, results)
+    assert render.main(["--root", str(tmp_path)]) == 0
+    capsys.readouterr()
+    page.write_text(page.read_text() + "<!-- results: absent -->\n<!-- /results -->\n")
+    page.write_text(page.read_text() + "<!-- results: lora 2 -->\n<!-- /results -->\n")
+    assert render.main(["--root", str(tmp_path), "--check"]) == 1
+    shown = capsys.readouterr().out
+    assert "results: absent 0: missing" in shown and "absent.json" in shown
+    assert "results: lora 2:" in shown and "has 2 table(s)" in shown
+    assert "stale" not in shown  # the rendered regions are current

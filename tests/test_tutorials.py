@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import re
 import runpy
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -79,6 +82,17 @@ def test_new_env(tmp_path, monkeypatch, forget_plugins, tiny_overrides, capsys):
     assert [r["step"] for r in rows if "reward/mean" in r] == [1, 2]
     config = (tmp_path / "runs" / "quickstart-calc_adder" / "config.yaml").read_text()
     assert "- </calculator>" in config and "max_turns: 2" in config  # the overlay reached the run
+
+    # aloft eval on the run imports the run's trainer.imports, so the user env is found there too
+    done = subprocess.run(
+        [sys.executable, "-m", "aloft.cli", "eval", "runs/quickstart-calc_adder", "data.eval_size=2"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["eval/num_prompts"] == 2
 
     rows = build_dataset("arithmetic", n=4, seed=0)
     check_env("calc_adder", rows, {})

@@ -11,7 +11,7 @@ The public API, importable from the top level (each name loads its layer on firs
 Extension points, one decorator each: ``register_env`` (a ``Env`` subclass), ``register_policy_loss``
 and ``register_advantage_estimator`` (functions; ``params=`` declares their own settings),
 ``register_plan`` (an ``ExecutionPlan``), ``register_engine`` (an ``InferenceEngine``). The
-contracts behind them are in docs/design.md.
+contracts behind them are in docs/reference/design.md.
 """
 
 from __future__ import annotations

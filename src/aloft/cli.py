@@ -457,6 +457,7 @@ def _data(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from aloft.data import build_dataset, dataset_builders, dataset_splits, is_fixed_dataset, write_rows
 
     if args.data_command == "list":
+        parse_settings(args.settings, [], "data list")  # it takes none: a key=value word is a mistake
         print("\n".join(dataset_builders()))
         return 0
     if args.data_command != "build":

@@ -151,6 +151,7 @@ def apply_eval_settings(args: argparse.Namespace) -> None:
             args.env_config = {**(args.env_config or {}), key.removeprefix("env.config."): value}
         else:
             setattr(args, EVAL_KEYS[key], value)
+    args.size_given = args.size is not None
     for dest, default in EVAL_DEFAULTS.items():
         if getattr(args, dest) is None:
             setattr(args, dest, default)
@@ -158,6 +159,7 @@ def apply_eval_settings(args: argparse.Namespace) -> None:
 
 def run_eval_command(args: argparse.Namespace) -> int:
     """``aloft eval``: one model's scores, or two compared item by item (``--compare``)."""
+    from aloft.config.loading import import_plugins
     from aloft.data import build_dataset, read_rows, validate_row
     from aloft.trainer.eval_command import (
         EvalSettings,
@@ -169,6 +171,7 @@ def run_eval_command(args: argparse.Namespace) -> int:
 
     apply_eval_settings(args)
     source = resolve_eval_source(args.model)
+    import_plugins(source.default("trainer.imports", []))  # a run's own envs (its trainer.imports)
     if args.data:
         rows = [r for path in args.data for r in read_rows(path, default_env=args.env)]
     elif args.builder:
@@ -183,7 +186,8 @@ def run_eval_command(args: argparse.Namespace) -> int:
             "eval needs rows: data.eval_files=[FILE], data.builder=NAME, or a run that has eval rows"
         )
     env_config = args.env_config
-    rows = rows[: args.size] if args.data and args.size > 0 else rows
+    # data.eval_size caps given files, and a run's own rows when it is set (as it caps eval files in a run)
+    rows = rows[: args.size] if (args.data or args.size_given) and args.size > 0 else rows
     if args.env:
         for row in rows:
             row.env_class = args.env

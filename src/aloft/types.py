@@ -1,4 +1,4 @@
-"""Torch-free contracts shared by every stage of the loop (docs/design.md §3-§4).
+"""Torch-free contracts shared by every stage of the loop (docs/reference/design.md §3-§4).
 
 Every stage speaks these types: the gym produces ``Message`` lists, the inference engines take
 ``GenerationRequest`` and return ``Completion``, the generator assembles ``Trajectory`` objects

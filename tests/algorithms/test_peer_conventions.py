@@ -1,4 +1,4 @@
-"""The config keys that give verl's and skyrl-train's conventions (docs/conventions.md), each checked
+"""The config keys that give verl's and skyrl-train's conventions (docs/reference/conventions.md), each checked
 against a number derived by hand, next to aloft's default on the same input."""
 
 from __future__ import annotations

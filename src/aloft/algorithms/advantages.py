@@ -14,7 +14,7 @@ one (divide by ``n - 1``), as ``torch.std`` computes by default and as verl/TRL 
 whitening follows ``config.whiten_formula`` (see ``masked_whiten``).
 
 Where these differ from verl and skyrl-train (a group of one, whitening, GAE whitening), the config
-keys that give the peers' behaviour are listed in docs/conventions.md.
+keys that give the peers' behaviour are listed in docs/reference/conventions.md.
 
 Ties: under ``grpo``, ``dr_grpo`` and ``rloo`` a group whose samples all scored the same gets an
 advantage of exactly 0, whatever the value, the group size and the rewards' dtype (group statistics

@@ -47,7 +47,7 @@ class ModelConfig(Section):
 
 class DataConfig(Section):
     train_files: list[str] = []
-    """Training rows (.jsonl or .parquet, docs/design.md §4 row format). Empty: build them with `builder`."""
+    """Training rows (.jsonl or .parquet, docs/reference/design.md §4 row format). Empty: build them with `builder`."""
     eval_files: list[str] = []
     """Held-out eval rows. Empty: build them with `builder` (a disjoint seed)."""
     builder: str | None = None
@@ -390,7 +390,7 @@ class TrainerConfig(Section):
 
 
 class PlacementConfig(Section):
-    """Where the training processes and the engines run (docs/design.md §5)."""
+    """Where the training processes and the engines run (docs/reference/design.md §5)."""
 
     backend: Literal["local", "ray"] = "local"
     """local: this process (and trainer.num_processes local ranks); ray: training processes and

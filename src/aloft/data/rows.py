@@ -1,4 +1,4 @@
-"""The dataset row format (docs/design.md §4), as SkyRL and verl users already have it.
+"""The dataset row format (docs/reference/design.md §4), as SkyRL and verl users already have it.
 
 One row, as a JSON object (one line of a ``.jsonl`` file, or one row of a ``.parquet`` file)::
 

@@ -1,4 +1,4 @@
-"""``check_env``: the conformance checks every registered env must pass (docs/design.md §3).
+"""``check_env``: the conformance checks every registered env must pass (docs/reference/design.md §3).
 
 It drives the env through short scripted episodes with canned completions (empty, garbage, and
 answers built from the row's ground truth when it has one) and checks what a generator relies on:

@@ -1,4 +1,4 @@
-"""The environment contract and the env registry (docs/design.md §3). Torch-free.
+"""The environment contract and the env registry (docs/reference/design.md §3). Torch-free.
 
 An episode, as the generator drives it::
 

@@ -1,4 +1,4 @@
-"""Inference engines behind one protocol (docs/design.md §3).
+"""Inference engines behind one protocol (docs/reference/design.md §3).
 
 Importing this package stays torch-free: it exposes the ``InferenceEngine`` protocol and the registry.
 Concrete engines live in their own modules (``aloft.inference.hf.HFEngine``) or come from

@@ -1,4 +1,4 @@
-"""The ``InferenceEngine`` protocol every engine implements, and the engine registry (docs/design.md §3).
+"""The ``InferenceEngine`` protocol every engine implements, and the engine registry (docs/reference/design.md §3).
 
 This module is torch-free on purpose: the rollout package depends on the protocol only, and must not
 pull in torch or any concrete engine. Engines register under a backend name with ``@register_engine``;

@@ -27,7 +27,7 @@ Endpoints:
     [{token: logprob}, ...], "text_offset": [...]}``; ``tokens`` are ``"token_id:<id>"`` strings when
     ``return_tokens_as_token_ids`` is true (as in vLLM), else the decoded token strings.
     ``token_logprobs`` are the engine's sampler logprobs (``log_softmax(logits / T)``, before
-    top-k/top-p; docs/design.md §3);
+    top-k/top-p; docs/reference/design.md §3);
   - ``policy_version``: the weights version that produced the tokens (aloft extension; also at the
     top level of the response).
 

@@ -1,4 +1,4 @@
-"""Ray placement: training processes and inference engines as Ray actors (docs/design.md §5).
+"""Ray placement: training processes and inference engines as Ray actors (docs/reference/design.md §5).
 
 ``RayPlacement(cfg)`` starts (or joins) a Ray cluster, reserves placement groups, and starts one
 ``LearnerActor`` per training process and ``placement.num_engines`` ``EngineActor``s. The driver

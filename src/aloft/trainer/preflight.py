@@ -115,8 +115,9 @@ def read_data(key: str, read: Callable[[], T]) -> T:
 def check_envs(cfg: AloftConfig, train_rows: list[DatasetRow], eval_rows: list[DatasetRow]) -> None:
     """Every row's env is registered and builds on the first row of its class (in each split);
     the generator's turn limit reaches each env's own (``max_turns``, by the gym's convention)."""
+    firsts: dict[str, dict[str, DatasetRow]] = {}
     for split, rows in (("train", train_rows), ("eval", eval_rows)):
-        first: dict[str, DatasetRow] = {}
+        first = firsts[split] = {}
         for row in rows:
             env_class = row.env_class or cfg.env.name
             if env_class is None:
@@ -130,7 +131,9 @@ def check_envs(cfg: AloftConfig, train_rows: list[DatasetRow], eval_rows: list[D
                     f"{gym.registered()} (register your own and list its module in trainer.imports)"
                 )
             first.setdefault(env_class, row)
-        check_env_settings(cfg, list(first))
+    # One env.config reaches every env of the run, in either split: check it against all of them.
+    check_env_settings(cfg, sorted({env_class for first in firsts.values() for env_class in first}))
+    for split, first in firsts.items():
         for env_class, row in first.items():
             _check_env(cfg, split, env_class, row)
 

@@ -1,4 +1,4 @@
-"""The Trainer: the stages of an RL step, run under an execution plan (docs/design.md §1).
+"""The Trainer: the stages of an RL step, run under an execution plan (docs/reference/design.md §1).
 
 The stages are methods: ``generate_batch`` (prompts -> trajectory groups, engine + envs),
 ``update`` (advantages, policy and critic update, aloft.trainer.learner), ``sync_weights`` (policy

@@ -20,7 +20,7 @@ Usage::
 
 or, for one env under an id of your choosing, ``register("my_gsm8k", skyrl_env("gsm8k"))``.
 
-Rows. SkyRL's rows and aloft's are the same format (docs/design.md §4): ``prompt``, ``env_class``,
+Rows. SkyRL's rows and aloft's are the same format (docs/reference/design.md §4): ``prompt``, ``env_class``,
 ``reward_spec {method, ground_truth}``, ``extra_info`` and free columns. skyrl-train hands an env the
 row minus ``prompt`` and ``env_class`` as ``extras`` — exactly aloft's ``extras`` — so a SkyRL row
 works once its ``env_class`` names the aloft id (``"skyrl/gsm8k"``; or register with ``prefix=""``

@@ -1,4 +1,4 @@
-"""``Tool``, the ``@tool`` decorator and ``ToolGroup`` (docs/design.md §3). Torch-free.
+"""``Tool``, the ``@tool`` decorator and ``ToolGroup`` (docs/reference/design.md §3). Torch-free.
 
 A tool is a typed, documented function::
 

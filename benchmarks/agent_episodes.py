@@ -37,7 +37,7 @@ from aloft.rollout import EpisodeLimits, Generator
 from aloft.types import SamplingParams
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import Table, command_line, write_results
+from result_tables import Table, command_line, write_results
 
 RELAY = textwrap.dedent(
     """

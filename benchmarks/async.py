@@ -36,7 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import Table, command_line, write_results
+from result_tables import Table, command_line, write_results
 
 TINY_SHAPE = {"hidden_size": 512, "num_layers": 8, "num_heads": 4, "num_kv_heads": 2}
 

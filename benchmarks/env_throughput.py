@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import Table, command_line, write_results
+from result_tables import Table, command_line, write_results
 
 SMALL_PROGRAM = """\
 def running_max(numbers):

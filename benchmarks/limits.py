@@ -66,7 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import packing
 import rollout_throughput
 from model_flops import ModelShape, peak_share
-from results import Table, command_line, write_results
+from result_tables import Table, command_line, write_results
 
 MODELS = ("tiny", "smollm2")
 PRECISIONS = ("fp32", "bf16")

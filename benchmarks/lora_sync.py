@@ -35,7 +35,7 @@ from aloft.training import OptimSettings, PolicyWorker
 from aloft.types import GenerationRequest, SamplingParams
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import Table, command_line, write_results
+from result_tables import Table, command_line, write_results
 
 
 def perturbed_policy(path: str, rank: int) -> PolicyWorker:

@@ -48,7 +48,7 @@ from aloft.types import SamplingParams
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import machine_info
-from results import Table, command_line, write_results
+from result_tables import Table, command_line, write_results
 
 ENV_ID = "probing_text2sql"
 

@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or loaded by path: its siblings
 from machine import FLAGS
-from results import Table
+from result_tables import Table
 
 REGION = re.compile(
     r"(?P<open><!-- results: (?P<name>[\w.-]+)(?: (?P<index>\d+))? -->)(?P<body>.*?)(?P<close><!-- /results -->)",

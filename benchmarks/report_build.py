@@ -30,7 +30,7 @@ from aloft.report import build_report
 from aloft.trainer.trainer import train
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import Table, command_line, write_results
+from result_tables import Table, command_line, write_results
 
 
 def source_run(directory: Path) -> Path:

@@ -40,7 +40,7 @@ from aloft.types import SamplingParams
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import machine_info
-from results import Table, command_line, write_results
+from result_tables import Table, command_line, write_results
 
 MiB = 2**20
 

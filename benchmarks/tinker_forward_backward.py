@@ -31,7 +31,7 @@ from aloft.tinker.training import LoraSpec, TrainingHost
 from aloft.tinker.wire import Datum
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import Table, command_line, write_results
+from result_tables import Table, command_line, write_results
 
 CLIENT = "bench:train:0"
 

@@ -44,7 +44,7 @@ from aloft.distributed import free_loopback_port
 from aloft.tinker.cookbook import RL_LOOP_FEW_SHOT, RL_LOOP_SUFFIX, gsm8k_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import Table, command_line, write_results
+from result_tables import Table, command_line, write_results
 
 LORA_MODULES = "[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]"
 

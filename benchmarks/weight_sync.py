@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import Table, command_line, write_results
+from result_tables import Table, command_line, write_results
 
 MODELS = ("tiny", "smollm2")
 SMOLLM2 = "smollm2-135m-instruct"

@@ -499,7 +499,7 @@ def test_agent_episodes_runs(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------------------------------------
-# benchmarks/results.py and benchmarks/render.py: no benchmark runs
+# benchmarks/result_tables.py and benchmarks/render.py: no benchmark runs
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -520,7 +520,7 @@ def demo_tables(results):
 
 
 def test_a_table_prints_and_renders_markdown_in_its_column_formats():
-    results = load_benchmark("results")
+    results = load_benchmark("result_tables")
     table, _ = demo_tables(results)
     text = table.text().splitlines()
     assert text[0] == "SmolLM2-135M, 64 requests"
@@ -547,7 +547,7 @@ def test_a_table_prints_and_renders_markdown_in_its_column_formats():
 def test_write_results_records_the_command_and_the_machine(tmp_path):
     import datetime
 
-    results = load_benchmark("results")
+    results = load_benchmark("result_tables")
     command = results.command_line(
         "/anywhere/benchmarks/lora_sync.py", ["--model", "tiny", "--json", "x y.json"]
     )
@@ -584,7 +584,7 @@ def results_root(tmp_path, results):
 
 
 def test_render_rewrites_each_region_from_its_json_and_check_then_passes(tmp_path, capsys):
-    results, render = load_benchmark("results"), load_benchmark("render")
+    results, render = load_benchmark("result_tables"), load_benchmark("render")
     page = results_root(tmp_path, results)
     before = page.read_text()
     assert render.main(["--root", str(tmp_path), "--check"]) == 1
@@ -606,7 +606,7 @@ def test_render_rewrites_each_region_from_its_json_and_check_then_passes(tmp_pat
 
 
 def test_render_check_reports_a_missing_json_and_a_missing_table(tmp_path, capsys):
-    results, render = load_benchmark("results"), load_benchmark("render")
+    results, render = load_benchmark("result_tables"), load_benchmark("render")
     page = results_root(tmp_path, results)
     assert render.main(["--root", str(tmp_path)]) == 0
     capsys.readouterr()

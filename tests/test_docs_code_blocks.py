@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -100,3 +102,12 @@ def test_every_relative_link_resolves():
             if not (page.parent / target.split("#")[0]).exists():
                 broken.append(f"{page.relative_to(ROOT)}: {target}")
     assert broken == []
+
+
+def test_the_benchmark_tables_in_the_docs_are_rendered_from_their_json():
+    """Each ``<!-- results: NAME -->`` region holds what benchmarks/render.py makes of
+    benchmarks/results/NAME.json (the JSON a benchmark's ``--json`` wrote, machine and date in it)."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "render.py"), "--check"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

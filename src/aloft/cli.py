@@ -465,8 +465,12 @@ def _data(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return 1
     note_deprecated_flags(args, DEPRECATED_DATA_FLAGS, "data build")
     options = builder_options(args.options or [])
-    for key, value in parse_settings(args.settings, ["data.builder_args.*"], "data build").items():
-        options[key.removeprefix("data.builder_args.")] = value
+    settings = parse_settings(args.settings, ["data.builder_args", "data.builder_args.*"], "data build")
+    for key, value in settings.items():
+        if key == "data.builder_args":
+            options.update(value)
+        else:
+            options[key.removeprefix("data.builder_args.")] = value
     size = args.size if args.size is not None else args.n
     splits = dataset_splits(args.name) if args.split == "all" else [args.split]
     if size is None and not is_fixed_dataset(args.name):

@@ -20,6 +20,7 @@ EVAL_KEYS: dict[str, str] = {
     "data.builder": "builder",
     "data.eval_size": "size",
     "data.eval_split": "split",
+    "data.builder_args": "options",
     "data.builder_args.*": "options",
     "env.name": "env",
     "env.config": "env_config",
@@ -145,7 +146,9 @@ def apply_eval_settings(args: argparse.Namespace) -> None:
         args.env_config = _env_config(args.env_config)
     args.options = builder_options(args.options or [])
     for key, value in values.items():
-        if key.startswith("data.builder_args."):
+        if key == "data.builder_args":
+            args.options.update(value)
+        elif key.startswith("data.builder_args."):
             args.options[key.removeprefix("data.builder_args.")] = value
         elif key.startswith("env.config."):
             args.env_config = {**(args.env_config or {}), key.removeprefix("env.config."): value}

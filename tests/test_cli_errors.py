@@ -42,7 +42,7 @@ def test_train_with_a_config_file_that_is_not_yaml(tmp_path, capsys):
 @pytest.mark.parametrize(
     "words, expected",
     [
-        (["env.config={max_turns: ["], ["config key 'env.config'", "mapping"]),
+        (["env.config={max_turns: ["], ["config key 'env.config'", "valid dictionary"]),
         ([], ["cannot load model", "empty-model"]),  # a directory without a model in it
     ],
 )
@@ -115,10 +115,12 @@ def test_the_command_line_shows_the_traceback_only_with_debug(tmp_path, debug):
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     if debug:
         assert done.returncode == 1 and "Traceback (most recent call last)" in done.stderr
-        assert done.stderr.splitlines()[-1].startswith("ValueError: arithmetic: unknown options ['nope']")
+        assert done.stderr.splitlines()[-1].startswith(
+            "ValueError: dataset builder 'arithmetic': unknown options ['nope']"
+        )
     else:
         assert done.returncode == 2 and len(done.stderr.splitlines()) == 1
-        assert done.stderr.startswith("aloft: arithmetic: unknown options ['nope']")
+        assert done.stderr.startswith("aloft: dataset builder 'arithmetic': unknown options ['nope']")
     assert not (tmp_path / "x.jsonl").exists()
 
 

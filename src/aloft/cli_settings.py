@@ -20,10 +20,19 @@ from aloft.config.loading import apply_override, validate_config
 __all__ = ["DeprecatedFlag", "note_deprecated_flags", "parse_settings", "split_settings"]
 
 
+FLAGS_WITH_KEY_VALUES = ("-o", "--option", "--url")
+"""Deprecated flags whose value may hold ``=`` (``-o db=chinook``, a URL's query): the word after one
+of them is its value, not a setting."""
+
+
 def split_settings(words: list[str]) -> tuple[list[str], list[str]]:
     """``words`` split into settings (``section.key=value``, and ``env=X``) and the rest."""
-    settings = [w for w in words if "=" in w and not w.startswith("-")]
-    return settings, [w for w in words if w not in settings]
+    settings, rest = [], []
+    for index, word in enumerate(words):
+        follows_flag = index > 0 and words[index - 1] in FLAGS_WITH_KEY_VALUES
+        is_setting = "=" in word and not word.startswith("-") and not follows_flag
+        (settings if is_setting else rest).append(word)
+    return settings, rest
 
 
 def parse_settings(words: list[str], keys: list[str], command: str) -> dict[str, Any]:

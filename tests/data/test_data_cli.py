@@ -71,7 +71,7 @@ def test_data_build_sql_all_writes_every_split_of_both_protocols(tmp_path, capsy
         assert {row.extras["max_turns"] for row in five[split]} == {5}
         assert {row.extras["max_turns"] for row in one[split]} == {1}
     assert main(["data", "build", "arithmetic", "--out", str(tmp_path / "a.jsonl")]) == 2
-    assert "generates rows: give their number with --n" in capsys.readouterr().err
+    assert "generates rows: give their number with --size" in capsys.readouterr().err
 
 
 def test_data_list_names_every_builder(capsys):

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from aloft.cli import build_parser, main
+from aloft.cli import DATA_BUILD_KEYS, SERVE_KEYS, SETTINGS_COMMANDS, build_parser, main
+from aloft.cli_eval import EVAL_KEYS
+from aloft.cli_settings import parse_settings, split_settings
 from aloft.config import ConfigError, load_config
 from aloft.trainer.preflight import check_names
 
@@ -38,6 +40,8 @@ def readme_commands(pages: list[Path] | None = None) -> list[str]:
 
 
 COMMANDS = sorted(set(readme_commands(PAGES)))
+SETTING_KEYS = {"eval": list(EVAL_KEYS), "data": DATA_BUILD_KEYS, "serve": SERVE_KEYS}
+"""The keys each subcommand reads (``aloft experiment``'s settings go to its training runs)."""
 
 
 def test_the_readme_shows_the_commands_users_copy():
@@ -63,8 +67,11 @@ def test_every_readme_command_is_valid_as_written(command):
             return
         check_names(config)  # the registry names (estimator, loss, plan, env, engine) exist
         return
+    settings, rest = split_settings(words[1:]) if words[0] in SETTINGS_COMMANDS else ([], words[1:])
+    if words[0] in SETTING_KEYS:  # the section.key=value words: keys the command reads, valid values
+        parse_settings(settings, SETTING_KEYS[words[0]], words[0])
     try:
-        build_parser()[0].parse_args(words)
+        build_parser()[0].parse_args([words[0], *rest])
     except SystemExit as stop:  # argparse exits 2 on an unknown flag or a missing argument
         assert stop.code == 0, command  # --version, --help: exit 0
 

@@ -29,6 +29,9 @@ from aloft.cli_settings import DeprecatedFlag, note_deprecated_flags, parse_sett
 DEBUG_HELP = "show the traceback behind a one-line error"
 SETTINGS_COMMANDS = ("eval", "data", "experiment", "serve", "tinker-serve")
 """Subcommands that take ``section.key=value`` settings (``aloft train`` parses its own)."""
+DATA_BUILD_KEYS = ["data.builder_args", "data.builder_args.*"]
+SERVE_KEYS = ["engine.backend", "engine.dtype"]
+"""The config keys ``aloft data build`` and ``aloft serve`` read (``aloft eval``'s: ``EVAL_KEYS``)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -386,7 +389,7 @@ def _serve(args: argparse.Namespace) -> int:
     from aloft.models import resolve_model_path
 
     note_deprecated_flags(args, DEPRECATED_SERVE_FLAGS, "serve")
-    engine = parse_settings(args.settings, ["engine.backend", "engine.dtype"], "serve")
+    engine = parse_settings(args.settings, SERVE_KEYS, "serve")
     serve(
         resolve_model_path(args.model),
         host=args.host,
@@ -465,7 +468,7 @@ def _data(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return 1
     note_deprecated_flags(args, DEPRECATED_DATA_FLAGS, "data build")
     options = builder_options(args.options or [])
-    settings = parse_settings(args.settings, ["data.builder_args", "data.builder_args.*"], "data build")
+    settings = parse_settings(args.settings, DATA_BUILD_KEYS, "data build")
     for key, value in settings.items():
         if key == "data.builder_args":
             options.update(value)

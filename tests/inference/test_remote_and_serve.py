@@ -322,7 +322,7 @@ def test_aloft_serve_cli_end_to_end(tiny_model_dir, prompt, local, tmp_path):
         port = sock.getsockname()[1]
     process = subprocess.Popen(
         [sys.executable, "-m", "aloft.cli", "serve", tiny_model_dir, "--port", str(port), "--api-key", KEY]
-        + ["--capture", str(tmp_path / "capture")],
+        + ["--capture", str(tmp_path / "capture"), "engine.dtype=float32"],  # as the local reference
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )

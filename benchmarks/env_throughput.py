@@ -310,19 +310,6 @@ def bench_sandbox(calls: int) -> tuple[str, list[dict[str, Any]]]:
 # ---------------------------------------------------------------------------------------------------
 
 
-def table(columns: list[tuple[str, Any, str]], rows: list[dict[str, Any]]) -> Table:
-    """A ``Table`` of ``rows``; each column is (title, key or function of the row, format)."""
-
-    def value(row: dict[str, Any], key: Any) -> Any:
-        return key(row) if callable(key) else row[key]
-
-    return Table(
-        [title for title, _, _ in columns],
-        [[value(row, key) for _, key, _ in columns] for row in rows],
-        [fmt for _, _, fmt in columns],
-    )
-
-
 def env_table(results: list[dict[str, Any]], in_flight: int) -> Table:
     c, s = "concurrent", "sequential"
     columns = [
@@ -344,7 +331,7 @@ def env_table(results: list[dict[str, Any]], in_flight: int) -> Table:
         ("env other % 1", lambda r: r[s]["env_other_share"], "{:.0%}"),
         ("generator % 1", lambda r: r[s]["generator_share"], "{:.0%}"),
     ]
-    return table(columns, results)
+    return Table.of_records(columns, results)
 
 
 def sandbox_table(rows: list[dict[str, Any]]) -> Table:
@@ -358,7 +345,7 @@ def sandbox_table(rows: list[dict[str, Any]]) -> Table:
         ("sandbox / -I -S", "ratio_sandbox_over_isolated_subprocess", "{:.2f}x"),
         ("sandbox code ms", "sandbox_code_ms", "{:.1f}"),
     ]
-    return table(columns, rows)
+    return Table.of_records(columns, rows)
 
 
 # ---------------------------------------------------------------------------------------------------

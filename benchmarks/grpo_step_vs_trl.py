@@ -441,14 +441,7 @@ COLUMNS = [
 
 
 def results_table(results: list[dict[str, Any]]) -> Table:
-    def value(result: dict[str, Any], key: Any) -> Any:
-        return key(result) if callable(key) else result[key]
-
-    return Table(
-        [title for title, _, _ in COLUMNS],
-        [[value(result, key) for _, key, _ in COLUMNS] for result in results],
-        [fmt for _, _, fmt in COLUMNS],
-    )
+    return Table.of_records(COLUMNS, results)
 
 
 def format_table(results: list[dict[str, Any]]) -> str:

@@ -95,6 +95,20 @@ class Table:
         return {"title": self.title, "columns": self.columns, "formats": self.formats, "rows": self.rows}
 
     @classmethod
+    def of_records(cls, columns: Sequence[tuple[str, Any, str]], records: Sequence[dict[str, Any]]) -> Table:
+        """A table of ``records`` (one row each); each column is (title, the record's key or a function
+        of the record, format)."""
+
+        def value(record: dict[str, Any], key: Any) -> Any:
+            return key(record) if callable(key) else record[key]
+
+        return cls(
+            [title for title, _, _ in columns],
+            [[value(record, key) for _, key, _ in columns] for record in records],
+            [fmt for _, _, fmt in columns],
+        )
+
+    @classmethod
     def from_json(cls, data: dict[str, Any]) -> Table:
         return cls(data["columns"], data["rows"], data.get("formats"), data.get("title", ""))
 

@@ -15,6 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 from aloft.tracking import read_metrics
+from aloft.training.checkpoint import POLICY_ADAPTERS, POLICY_WEIGHTS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -102,8 +103,9 @@ def test_sigkill_then_rerun_matches_uninterrupted(tiny_model_dir, tmp_path, plan
         ]
 
     assert strip(resumed) == strip(full)
-    a = load_file(tmp_path / "full" / "checkpoints" / "step_16" / "policy.safetensors")
-    b = load_file(tmp_path / "killed" / "checkpoints" / "step_16" / "policy.safetensors")
+    weights = POLICY_ADAPTERS if "model.lora_rank=4" in PLANS[plan] else POLICY_WEIGHTS
+    a = load_file(tmp_path / "full" / "checkpoints" / "step_16" / weights)
+    b = load_file(tmp_path / "killed" / "checkpoints" / "step_16" / weights)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 

@@ -15,6 +15,7 @@ from aloft.config import load_config
 from aloft.models.compute_thread import on_compute_thread
 from aloft.tracking import read_metrics
 from aloft.trainer import Trainer
+from aloft.training.checkpoint import POLICY_ADAPTERS, POLICY_WEIGHTS
 from tests.trainer import envs  # noqa: F401  (registers the test envs)
 
 BASE = [
@@ -226,9 +227,10 @@ def test_checkpoint_resume_continues(tiny_overrides, lora):
     assert [r["step"] for r in resumed_rows if "reward/mean" in r] == [1, 2, 3, 4]
     for key in ("reward/mean", "policy/loss", "policy/grad_norm"):
         assert resumed[key] == full[key], key
-    a = load_file(Path(trainer.c.run_dir).parent / "full" / "checkpoints" / "step_4" / "policy.safetensors")
-    b = load_file(trainer.c.run_dir / "checkpoints" / "step_4" / "policy.safetensors")
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    weights = POLICY_ADAPTERS if lora else POLICY_WEIGHTS  # a LoRA run checkpoints its adapters alone
+    a = load_file(Path(trainer.c.run_dir).parent / "full" / "checkpoints" / "step_4" / weights)
+    b = load_file(trainer.c.run_dir / "checkpoints" / "step_4" / weights)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_model_work_outside_the_loop_runs_on_the_compute_thread(tiny_overrides, monkeypatch):

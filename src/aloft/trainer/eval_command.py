@@ -29,6 +29,7 @@ from aloft.rollout import EpisodeLimits, Generator
 from aloft.trainer.evaluation import evaluate
 from aloft.trainer.trainer import rollout_record
 from aloft.training import CheckpointManager
+from aloft.training.checkpoint import POLICY_ADAPTERS, POLICY_WEIGHTS
 from aloft.types import SamplingParams, TrajectoryGroup
 
 
@@ -39,7 +40,8 @@ class EvalSource:
 
     model_path: str
     checkpoint: Path | None = None
-    """A checkpoint directory whose ``policy.safetensors`` goes over ``model_path``."""
+    """A checkpoint directory whose weights go over ``model_path`` (``policy.safetensors``, or a LoRA
+    run's ``policy_adapter.safetensors`` merged over that base)."""
     run_dir: Path | None = None
     run_config: dict[str, Any] = field(default_factory=dict)
     label: str = "model"
@@ -61,7 +63,8 @@ class EvalSource:
 
 def resolve_eval_source(model: str) -> EvalSource:
     path = Path(model)
-    if (path / "policy.safetensors").exists():  # runs/<name>/checkpoints/step_<n>
+    # runs/<name>/checkpoints/step_<n>
+    if any((path / name).exists() for name in (POLICY_WEIGHTS, POLICY_ADAPTERS)):
         run_dir = path.parent.parent
         config = _run_config(run_dir)
         return EvalSource(_base_model(config), path, run_dir, config, label=path.name)
@@ -85,17 +88,49 @@ def _base_model(config: dict[str, Any]) -> str:
 
 
 def checkpoint_weights(source: EvalSource) -> dict[str, Any]:
-    """The checkpoint's weights under plain HF names (a LoRA checkpoint merged over its base)."""
+    """The checkpoint's weights under plain HF names (a LoRA checkpoint merged over its base; an
+    adapter-only one gives just the modules its adapters change)."""
     from safetensors.torch import load_file
 
     from aloft.training.lora import is_lora_state, merged_state
 
     assert source.checkpoint is not None
-    state = load_file(source.checkpoint / "policy.safetensors")
+    model = source.run_config.get("model", {})
+    if (source.checkpoint / POLICY_ADAPTERS).exists():
+        adapters = load_file(source.checkpoint / POLICY_ADAPTERS)
+        state = {**adapters, **base_weights_under(adapters, source.model_path)}
+        return merged_state(state, scale=model["lora_alpha"] / model["lora_rank"])
+    state = load_file(source.checkpoint / POLICY_WEIGHTS)
     if not is_lora_state(state):
         return state
-    model = source.run_config.get("model", {})
     return merged_state(state, scale=model["lora_alpha"] / model["lora_rank"])  # peft's alpha / r
+
+
+def base_weights_under(adapters: dict[str, Any], model_path: str) -> dict[str, Any]:
+    """The base weights (float32, peft-named ``...base_layer.weight``) of the modules that
+    ``adapters`` (peft-named ``lora_A`` / ``lora_B`` entries) change, read from ``model_path``'s
+    safetensors files."""
+    import torch
+    from safetensors import safe_open
+
+    suffix, prefix = ".lora_A.default.weight", "base_model.model."
+    wanted = {
+        name[: -len(suffix)].removeprefix(prefix) + ".weight": name[: -len(suffix)] + ".base_layer.weight"
+        for name in adapters
+        if name.endswith(suffix)
+    }
+    found: dict[str, Any] = {}
+    for file in sorted(Path(model_path).glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as f:
+            for key in set(f.keys()) & set(wanted):
+                found[wanted[key]] = f.get_tensor(key).to(torch.float32)
+    missing = sorted(key for key, name in wanted.items() if name not in found)
+    if missing:
+        raise ValueError(
+            f"the LoRA checkpoint's base {model_path} has no weight {missing[0]} (of {len(missing)} missing); "
+            "evaluate it with the model.path its run trained on"
+        )
+    return found
 
 
 @dataclass(kw_only=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,8 @@ from aloft.trainer.sessions import SESSION_ESTIMATORS, session_leads, shared_ses
 from aloft.trainer.step_metrics import env_token_share, sampler_logprob_diff
 from aloft.trainer.update_size import ZERO_ON_POLICY, UpdateProbe
 from aloft.training import CriticWorker, OptimSettings, PolicyWorker, ReferenceWorker, TrainBatch, collate
+from aloft.training.checkpoint import POLICY_ADAPTERS, POLICY_WEIGHTS
+from aloft.training.lora import adapter_entries, base_fingerprint, same_base
 from aloft.training.strategies import FSDP2, DeepSpeedZeRO, Strategy
 from aloft.training.ulysses import Ulysses
 from aloft.types import Trajectory, TrajectoryGroup
@@ -53,6 +56,8 @@ class Learner:
     pad_token_id: int
     trained: dict[str, dict[str, Any]] = field(default_factory=dict)
     """What the last update trained each trajectory with (see ``trained_tokens``)."""
+    base_norms: dict[str, list[float]] | None = field(default=None, repr=False)
+    """A LoRA policy's ``base_fingerprint``, once taken (``write_state``)."""
 
     @property
     def rank(self) -> int:
@@ -182,11 +187,20 @@ class Learner:
 
     def write_state(self, directory: Path | None) -> None:
         """Write weights and optimizer state into ``directory`` (rank 0; other ranks pass None but
-        must call too, gathering is a collective)."""
+        must call too, gathering is a collective). A LoRA policy writes its adapters alone
+        (``policy_adapter.safetensors``, with the norms of the frozen base it trains on, a few MB
+        instead of the whole model); a full policy, every weight (``policy.safetensors``)."""
         policy, policy_optim = self.policy.full_state_dict(), self.policy.optim_state_dict()
         if directory is None or self.rank != 0:
             return
-        save_file(_contiguous(policy), directory / "policy.safetensors")
+        if self.policy.lora:
+            save_file(
+                _contiguous(adapter_entries(policy)),
+                directory / POLICY_ADAPTERS,
+                metadata={"base_fingerprint": json.dumps(self._base_fingerprint(policy))},
+            )
+        else:
+            save_file(_contiguous(policy), directory / POLICY_WEIGHTS)
         torch.save(policy_optim, directory / "policy_optim.pt")
         if self.critic is not None:
             save_file(_contiguous(self.critic.model.state_dict()), directory / "critic.safetensors")
@@ -194,8 +208,12 @@ class Learner:
 
     def read_state(self, directory: Path) -> None:
         """Restore ``write_state``'s files, from a run on any device (optimizer state is read into CPU
-        memory, and the optimizers move it to their parameters' device)."""
-        self.policy.load_full_state_dict(load_file(directory / "policy.safetensors"))
+        memory, and the optimizers move it to their parameters' device). An adapter-only checkpoint
+        goes onto the base this run loaded from ``model.path``, which must be the one it trained on."""
+        if (directory / POLICY_ADAPTERS).exists():
+            self.policy.load_full_state_dict(self._with_checkpoint_adapters(directory / POLICY_ADAPTERS))
+        else:
+            self.policy.load_full_state_dict(load_file(directory / POLICY_WEIGHTS))
         self.policy.load_optim_state_dict(
             torch.load(directory / "policy_optim.pt", weights_only=False, map_location="cpu")
         )
@@ -204,6 +222,34 @@ class Learner:
             self.critic.load_optim_state_dict(
                 torch.load(directory / "critic_optim.pt", weights_only=False, map_location="cpu")
             )
+
+    def _base_fingerprint(self, state: dict[str, torch.Tensor]) -> dict[str, list[float]]:
+        # The base is frozen: its norms (a pass over every base weight) are taken once a process.
+        if self.base_norms is None:
+            self.base_norms = base_fingerprint(state)
+        return self.base_norms
+
+    def _with_checkpoint_adapters(self, path: Path) -> dict[str, torch.Tensor]:
+        """This policy's full state with the adapters of the checkpoint file ``path``."""
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as f:
+            saved_base = json.loads((f.metadata() or {}).get("base_fingerprint", "{}"))
+        state = self.policy.full_state_dict()  # a collective under FSDP2: every rank calls it
+        adapters = load_file(path)
+        if not same_base(saved_base, self._base_fingerprint(state)):
+            raise ValueError(
+                f"checkpoint {path.parent}: its LoRA adapters were trained on another base model than "
+                f"model.path={self.cfg.model.path}; resume with the model.path the run was started with"
+            )
+        if {k: v.shape for k, v in adapters.items()} != {
+            k: v.shape for k, v in adapter_entries(state).items()
+        }:
+            raise ValueError(
+                f"checkpoint {path.parent}: its LoRA adapters do not match this run's (model.lora_rank "
+                "or model.lora_target_modules changed); resume with the run's own LoRA settings"
+            )
+        return {**state, **adapters}
 
     def save_pretrained(self, directory: Path | None) -> None:
         """The policy in HF format (LoRA merged) into ``directory`` (rank 0; a collective)."""

@@ -15,6 +15,12 @@ from pathlib import Path
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 
+POLICY_WEIGHTS = "policy.safetensors"
+"""A checkpoint's policy weights, every one (a full fine-tune)."""
+POLICY_ADAPTERS = "policy_adapter.safetensors"
+"""A LoRA run's checkpoint of its policy: the adapters alone, with the norms of the frozen base
+they train on in the file's metadata (``base_fingerprint``)."""
+
 
 class CheckpointManager:
     def __init__(self, root: str | Path, keep: int = 2) -> None:

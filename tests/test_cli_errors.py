@@ -102,6 +102,17 @@ def test_experiment_report_only_without_an_experiment(tmp_path, capsys):
     out = tmp_path / "never-run"
     code = main(["experiment", "skyrl-sql", "--report-only", "--out", str(out)])
     one_line(capsys, code, f"--report-only: no experiment in {out}", "without --report-only")
+
+
+def test_saving_an_experiment_state_over_one_with_more_runs_is_refused(tmp_path, capsys):
+    """--save-state never drops a run the state directory holds and the output lacks."""
+    state, out = tmp_path / "state", tmp_path / "exp"
+    (state / "runs" / "multi_turn-seed0").mkdir(parents=True)
+    (state / "runs" / "multi_turn-seed0" / "metrics.jsonl").write_text("{}\n")
+    (out / "runs").mkdir(parents=True)
+    code = main(["experiment", "skyrl-sql", "--out", str(out), "--save-state", str(state)])
+    one_line(capsys, code, f"--save-state: {state} holds runs/multi_turn-seed0", "restore it first")
+    assert (state / "runs" / "multi_turn-seed0" / "metrics.jsonl").read_text() == "{}\n"
     assert not out.exists()
 
 

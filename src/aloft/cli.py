@@ -198,6 +198,19 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         help="train questions for the protocol warm start both policies start from (0: none)",
     )
     exp.add_argument("--report-only", action="store_true", help="rewrite the report from the runs so far")
+    exp.add_argument(
+        "--state",
+        default=None,
+        metavar="DIR",
+        help="keep the experiment's small state (adapters, metrics, outcomes: megabytes) in DIR too: "
+        "restored into --out where it lacks it, saved after each stage; commit DIR to go on elsewhere",
+    )
+    exp.add_argument(
+        "--save-state",
+        default=None,
+        metavar="DIR",
+        help="only save --out's small state into DIR (e.g. after stopping a run) and exit",
+    )
     _add_debug(exp)
     srv = sub.add_parser(
         "serve",
@@ -433,9 +446,10 @@ def _tinker_serve(args: argparse.Namespace) -> int:
 def _experiment(args: argparse.Namespace) -> int:
     from aloft.experiments.skyrl_sql import ExperimentPlan, run_experiment, write_report
 
-    if args.report_only and not Path(args.out).is_dir():
+    if (args.report_only or args.save_state) and not Path(args.out).is_dir():
+        flag = "--report-only" if args.report_only else "--save-state"
         raise ValueError(
-            f"--report-only: no experiment in {args.out}; run it first (without --report-only), "
+            f"{flag}: no experiment in {args.out}; run it first (without {flag}), "
             "or pass the --out it was run with"
         )
     plan = ExperimentPlan(
@@ -450,7 +464,14 @@ def _experiment(args: argparse.Namespace) -> int:
         hint=not args.no_hint,
         warm_start=args.warm_start,
         stages=tuple(args.stages),
+        state=Path(args.state) if args.state else None,
     )
+    if args.save_state:
+        from aloft.experiments.sql_state import save_state
+
+        written = save_state(plan.out, Path(args.save_state))
+        print(f"[skyrl-sql] state: {len(written)} files of {plan.out} kept in {args.save_state}")
+        return 0
     report = write_report(plan) if args.report_only else run_experiment(plan)
     print(report.read_text())
     return 0

@@ -4,8 +4,11 @@ report and plots) end to end on a tiny model, and a rerun that resumes instead o
 from __future__ import annotations
 
 import json
+import shutil
 
+import torch
 import yaml
+from safetensors.torch import load_file
 
 from aloft.cli import main
 from aloft.data import build_dataset
@@ -15,6 +18,7 @@ from aloft.experiments.sql_study import STUDY_CONFIGS, read_training_steps
 from aloft.experiments.warm_start import sql_demonstrations
 from aloft.inference import make_engine
 from aloft.models import build_tiny_model, load_tokenizer
+from aloft.training.checkpoint import POLICY_ADAPTERS
 from aloft.types import SamplingParams
 
 TINY = [
@@ -160,6 +164,32 @@ def test_quick_experiment_end_to_end_and_resume(tmp_path, capsys):
     assert all(f"{name}: finished, skipped" in captured for name in STUDY_CONFIGS)
     assert "[skyrl-sql] eval" not in captured  # every eval chunk was kept
     assert "| single_turn | 0 | 3 |" in captured  # the report still covers every run
+
+    # Its small state (adapters, metrics, rollouts, outcomes) is what a later machine needs: saved,
+    # the output lost, restored with --state, every run is finished and every eval kept.
+    assert main(["experiment", "skyrl-sql", "--out", str(out), "--save-state", str(tmp_path / "state")]) == 0
+    capsys.readouterr()
+    saved = [p for p in (tmp_path / "state").rglob("*") if p.is_file()]
+    assert not any(p.name == "model.safetensors" for p in saved)  # no merged model
+    assert (tmp_path / "state" / "warm_start" / "model" / "adapter" / "adapter_model.safetensors").exists()
+    assert (
+        tmp_path / "state" / "runs" / "multi_turn-seed0" / "checkpoints" / "step_3" / POLICY_ADAPTERS
+    ).exists()
+    warm_start = load_file(out / "warm_start" / "model" / "model.safetensors")
+    outcomes_before = (out / "outcomes.json").read_text()
+    shutil.rmtree(out)
+    assert main([*argv, "--state", str(tmp_path / "state")]) == 0
+    captured = capsys.readouterr().out
+    assert "rebuilding the warm start" in captured and "[skyrl-sql] eval" not in captured
+    assert all(
+        f"{name}: finished, skipped" in captured for name in ("multi_turn-seed0", "base-seed0", "raw-seed0")
+    )
+    rebuilt = load_file(out / "warm_start" / "model" / "model.safetensors")
+    assert rebuilt.keys() == warm_start.keys() and all(
+        torch.equal(rebuilt[k], warm_start[k]) for k in rebuilt
+    )
+    assert (out / "outcomes.json").read_text() == outcomes_before
+    assert "| single_turn | 0 | 3 |" in captured
 
 
 def test_warm_start_from_a_model_that_never_probes_fails_in_one_line(tmp_path, capsys):

@@ -30,10 +30,12 @@ the format) are reported beside it, so that learning the tags is never mistaken 
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import random
 import subprocess
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,7 @@ from aloft.experiments.sql_plan import (
     read_jsonl,
 )
 from aloft.experiments.sql_report import collect_runs, pick_examples, write_outcomes, write_report
+from aloft.experiments.sql_state import restore_state, save_state
 from aloft.experiments.sql_stats import BASELINE
 from aloft.experiments.sql_study import STUDY_CONFIGS, study_overrides
 
@@ -103,14 +106,19 @@ def build_warm_start(plan: ExperimentPlan, data: dict[str, Path], echo: Any = pr
         return out / "model"
     multi, single = (read_jsonl(data[variant]) for variant in ("multi_turn", "single_turn"))
     chosen = sorted(random.Random(4321).sample(range(len(multi)), min(plan.warm_start, len(multi))))
-    return build_sql_warm_start(
-        load_config("skyrl_sql", run_overrides(plan, "multi_turn", 0, data)),
-        [multi[i] for i in chosen],
-        [single[i] for i in chosen],
-        out,
-        quick=plan.quick,
-        echo=echo,
-    )
+    echo(f"[skyrl-sql] warm start: building it from {len(chosen)} train questions")
+    # In a process of its own, as every run is: the sampling engine's and the fit's memory (GBs for
+    # a 0.5B model) would otherwise stay with this process, which glibc does not give back, beside
+    # each run's own for the rest of the experiment (a multi-turn run was OOM-killed so on 24 GiB).
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(
+            build_sql_warm_start,
+            load_config("skyrl_sql", run_overrides(plan, "multi_turn", 0, data)),
+            [multi[i] for i in chosen],
+            [single[i] for i in chosen],
+            out,
+            quick=plan.quick,
+        ).result()
 
 
 def run_overrides(
@@ -168,14 +176,21 @@ def run_experiment(plan: ExperimentPlan, echo: Any = print) -> Path:
     learning-rate study, the long runs (the starting model evaluated once first, as the ``base``
     run), the start/end evals; writes the report and returns ``results.md``."""
     data = prepare_data(plan)
+    if plan.state is not None and plan.state.is_dir():
+        restore_state(plan.state, plan.out, _preset_model(plan), echo)
     start_model = build_warm_start(plan, data, echo)
-    if "study" in plan.stages:
-        run_study(plan, data, start_model, echo)
-    if "train" in plan.stages:
-        run_long_runs(plan, data, start_model, echo)
-    if "eval" in plan.stages:
-        run_final_evals(plan, data, start_model, echo)
+    _keep_state(plan, echo)
+    for stage, run in (("study", run_study), ("train", run_long_runs), ("eval", run_final_evals)):
+        if stage in plan.stages:
+            run(plan, data, start_model, echo)
+            _keep_state(plan, echo)
     return write_report(plan)
+
+
+def _keep_state(plan: ExperimentPlan, echo: Any) -> None:
+    if plan.state is not None:
+        written = save_state(plan.out, plan.state)
+        echo(f"[skyrl-sql] state: {len(written)} files kept in {plan.state}")
 
 
 def run_long_runs(plan: ExperimentPlan, data: dict[str, Path], start_model: Path | None, echo: Any) -> None:
@@ -231,6 +246,7 @@ def run_final_evals(plan: ExperimentPlan, data: dict[str, Path], start_model: Pa
             evaluate_model(
                 model, name, set_name, data[f"eval_{set_name}"], plan.out / "evals", settings, echo
             )
+            _keep_state(plan, echo)
     write_outcomes(plan)
 
 
@@ -261,6 +277,7 @@ def _preset_model(plan: ExperimentPlan) -> str:
 
 def _train(plan: ExperimentPlan, variant: str, seed: int, overrides: list[str], echo: Any) -> None:
     _train_run(plan.run_dir(variant, seed), overrides, echo)
+    _keep_state(plan, echo)
 
 
 def _train_run(run_dir: Path, overrides: list[str], echo: Any) -> None:

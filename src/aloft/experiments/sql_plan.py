@@ -76,6 +76,9 @@ class ExperimentPlan:
     (``aloft.experiments.warm_start``) both policies start from; 0: start from the model itself."""
     stages: tuple[str, ...] = STAGES
     """Which stages to run (after the data and the warm start): ``study``, ``train``, ``eval``."""
+    state: Path | None = None
+    """Where to keep the experiment's small state as well (``aloft.experiments.sql_state``):
+    restored into ``out`` where ``out`` lacks it, saved after the warm start and after each stage."""
 
     def run_dir(self, variant: str, seed: int) -> Path:
         return self.out / "runs" / f"{variant}-seed{seed}"

@@ -617,3 +617,26 @@ def test_render_check_reports_a_missing_json_and_a_missing_table(tmp_path, capsy
     assert "results: absent 0: missing" in shown and "absent.json" in shown
     assert "results: lora 2:" in shown and "has 2 table(s)" in shown
     assert "stale" not in shown  # the rendered regions are current
+
+
+def test_decode_profile_splits_the_call_and_the_step_into_parts_that_add_up(tmp_path, capsys):
+    bench = load_benchmark("decode_profile")
+    out = tmp_path / "profile.json"
+    argv = ["--models", "tiny", "--dtype", "float32", "--prompts", "2", "--samples", "3"]
+    bench.main([*argv, "--prompt-tokens", "8", "--new-tokens", "6", "--json", str(out)])
+    figures = json.loads(out.read_text())
+    (result,) = figures["results"]
+    assert result["timed"]["tokens"] == 2 * 3 * 6  # EOS ignored: every row runs its budget
+    assert result["decode_step_kind"] == "DecodeStep" and result["steps"] >= 5
+    parts = result["parts"]
+    inner = parts["forward"] + parts["sampler"] + parts.get("shared-prefix plan", 0.0)
+    assert 0 < inner <= parts["decode step"] <= result["timed"]["seconds"]
+    assert result["ops"] and all(v["ops_per_step"] > 0 for v in result["ops"].values())
+    by_part, by_op = (table["rows"] for table in figures["tables"])
+    assert [row[2] for row in by_part][:3] == ["whole call", "prefill", "decode steps"]
+    shares = [
+        row[5] for row in by_part if row[2] in ("prefill", "decode steps") or row[2].startswith("outside")
+    ]
+    assert sum(shares) == pytest.approx(1.0)
+    assert sum(row[4] for row in by_op) == pytest.approx(1.0)
+    assert "Timed pass" in capsys.readouterr().out

@@ -17,7 +17,7 @@ generated per row (EOS ignored), temperature 0.7. After a warm-up call, two pass
    (``sample_next_tokens``), the shared-prefix plan (``SegmentBatch.plan``), and the rest of the step
    (per-row Python: appending tokens, stop checks, the mask's growth, rows that finished).
 2. **Profiled** (``torch.profiler`` on the CPU): the ops the decode steps run, by kind (``OP_KINDS``):
-   self time per step and ops per step. The profiler's own cost inflates these times; their shares
+   self time and count over the call (prefill included) per decode step. The profiler's own cost inflates these times; their shares
    and the op counts are what to read.
 
 ``--dtype`` (default ``both``): float32, and bfloat16 where this CPU multiplies it natively
@@ -173,6 +173,7 @@ def profile_one(model_path: str, dtype_name: str, args: argparse.Namespace) -> d
 
     from aloft.inference.hf import HFEngine
     from aloft.models import load_tokenizer
+    from aloft.models.compute_thread import on_compute_thread
 
     dtype = getattr(torch, dtype_name)
     tokenizer = load_tokenizer(model_path)
@@ -192,8 +193,14 @@ def profile_one(model_path: str, dtype_name: str, args: argparse.Namespace) -> d
         ops: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
         from torch.profiler import ProfilerActivity, profile
 
-        with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        # The engine runs the model on aloft's compute thread, and the profiler records the thread
+        # it is started on: start and stop it there.
+        profiler = profile(activities=[ProfilerActivity.CPU])
+        on_compute_thread(profiler.__enter__)
+        try:
             run(engine, prompts, args)
+        finally:
+            on_compute_thread(profiler.__exit__, None, None, None)
         for event in profiler.key_averages():
             if event.key.startswith("aten::") or event.key.startswith("mkldnn::"):
                 ops[op_kind(event.key)][0] += event.self_cpu_time_total / 1e6
@@ -273,7 +280,7 @@ def tables(results: list[dict[str, Any]]) -> list[Table]:
         ["model", "dtype", "op kind", "self ms / step (profiled)", "share", "ops / step"],
         op_rows,
         ["{}", "{}", "{}", "{:.1f}", "{:.0%}", "{:.0f}"],
-        title="Profiled pass: the ops of a call, per decode step, by kind",
+        title="Profiled pass: the call's ops (prefill included) over its decode steps, by kind",
     )
     return [by_part, by_op]
 

@@ -102,6 +102,7 @@ def test_experiment_report_only_without_an_experiment(tmp_path, capsys):
     out = tmp_path / "never-run"
     code = main(["experiment", "skyrl-sql", "--report-only", "--out", str(out)])
     one_line(capsys, code, f"--report-only: no experiment in {out}", "without --report-only")
+    assert not out.exists()
 
 
 def test_saving_an_experiment_state_over_one_with_more_runs_is_refused(tmp_path, capsys):
@@ -113,7 +114,6 @@ def test_saving_an_experiment_state_over_one_with_more_runs_is_refused(tmp_path,
     code = main(["experiment", "skyrl-sql", "--out", str(out), "--save-state", str(state)])
     one_line(capsys, code, f"--save-state: {state} holds runs/multi_turn-seed0", "restore it first")
     assert (state / "runs" / "multi_turn-seed0" / "metrics.jsonl").read_text() == "{}\n"
-    assert not out.exists()
 
 
 @pytest.mark.parametrize("debug", [False, True])

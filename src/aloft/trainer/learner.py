@@ -239,8 +239,8 @@ class Learner:
         adapters = load_file(path)
         if not same_base(saved_base, self._base_fingerprint(state)):
             raise ValueError(
-                f"checkpoint {path.parent}: its LoRA adapters were trained on another base model than "
-                f"model.path={self.cfg.model.path}; resume with the model.path the run was started with"
+                f"checkpoint {path.parent}: its LoRA adapters were trained on another base than the weights "
+                f"now at model.path={self.cfg.model.path}; put that model back there, or start a new run"
             )
         if {k: v.shape for k, v in adapters.items()} != {
             k: v.shape for k, v in adapter_entries(state).items()

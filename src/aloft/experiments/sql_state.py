@@ -22,17 +22,17 @@ CPU may differ from the original in a last bit, which resuming accepts
 from __future__ import annotations
 
 import gzip
-import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from aloft.training import CheckpointManager
 from aloft.training.checkpoint import POLICY_ADAPTERS, POLICY_WEIGHTS, write_directory_atomically
 from aloft.training.lora import adapter_entries, base_fingerprint, merge_adapter
+from aloft.training.lora_checkpoint import write_adapter_checkpoint
 
 __all__ = ["GZIP_OVER", "restore_state", "save_state"]
 
@@ -164,10 +164,7 @@ def _save_checkpoint(checkpoint: Path, target: Path) -> None:
                 f"save_state: {checkpoint} is a full fine-tune's checkpoint (no LoRA adapters), too large "
                 "to keep; the experiment's state holds LoRA runs only"
             )
-        metadata = {"base_fingerprint": json.dumps(base_fingerprint(state))}
-        save_file(
-            {k: v.contiguous() for k, v in adapters.items()}, str(target / POLICY_ADAPTERS), metadata=metadata
-        )
+        write_adapter_checkpoint(target / POLICY_ADAPTERS, state, base_fingerprint(state))
     for name in ("policy_optim.pt", "trainer_state.pt"):
         shutil.copyfile(checkpoint / name, target / name)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +40,8 @@ from aloft.trainer.step_metrics import env_token_share, sampler_logprob_diff
 from aloft.trainer.update_size import ZERO_ON_POLICY, UpdateProbe
 from aloft.training import CriticWorker, OptimSettings, PolicyWorker, ReferenceWorker, TrainBatch, collate
 from aloft.training.checkpoint import POLICY_ADAPTERS, POLICY_WEIGHTS
-from aloft.training.lora import adapter_entries, base_fingerprint, same_base
+from aloft.training.lora import base_fingerprint
+from aloft.training.lora_checkpoint import with_saved_adapters, write_adapter_checkpoint
 from aloft.training.strategies import FSDP2, DeepSpeedZeRO, Strategy
 from aloft.training.ulysses import Ulysses
 from aloft.types import Trajectory, TrajectoryGroup
@@ -194,11 +194,8 @@ class Learner:
         if directory is None or self.rank != 0:
             return
         if self.policy.lora:
-            save_file(
-                _contiguous(adapter_entries(policy)),
-                directory / POLICY_ADAPTERS,
-                metadata={"base_fingerprint": json.dumps(self._base_fingerprint(policy))},
-            )
+            self.base_norms = self.base_norms or base_fingerprint(policy)  # the base is frozen: once
+            write_adapter_checkpoint(directory / POLICY_ADAPTERS, policy, self.base_norms)
         else:
             save_file(_contiguous(policy), directory / POLICY_WEIGHTS)
         torch.save(policy_optim, directory / "policy_optim.pt")
@@ -211,7 +208,12 @@ class Learner:
         memory, and the optimizers move it to their parameters' device). An adapter-only checkpoint
         goes onto the base this run loaded from ``model.path``, which must be the one it trained on."""
         if (directory / POLICY_ADAPTERS).exists():
-            self.policy.load_full_state_dict(self._with_checkpoint_adapters(directory / POLICY_ADAPTERS))
+            state = self.policy.full_state_dict()  # a collective under FSDP2: every rank calls it
+            self.base_norms = self.base_norms or base_fingerprint(state)
+            path = directory / POLICY_ADAPTERS
+            self.policy.load_full_state_dict(
+                with_saved_adapters(path, state, self.base_norms, self.cfg.model.path)
+            )
         else:
             self.policy.load_full_state_dict(load_file(directory / POLICY_WEIGHTS))
         self.policy.load_optim_state_dict(
@@ -222,34 +224,6 @@ class Learner:
             self.critic.load_optim_state_dict(
                 torch.load(directory / "critic_optim.pt", weights_only=False, map_location="cpu")
             )
-
-    def _base_fingerprint(self, state: dict[str, torch.Tensor]) -> dict[str, list[float]]:
-        # The base is frozen: its norms (a pass over every base weight) are taken once a process.
-        if self.base_norms is None:
-            self.base_norms = base_fingerprint(state)
-        return self.base_norms
-
-    def _with_checkpoint_adapters(self, path: Path) -> dict[str, torch.Tensor]:
-        """This policy's full state with the adapters of the checkpoint file ``path``."""
-        from safetensors import safe_open
-
-        with safe_open(str(path), framework="pt") as f:
-            saved_base = json.loads((f.metadata() or {}).get("base_fingerprint", "{}"))
-        state = self.policy.full_state_dict()  # a collective under FSDP2: every rank calls it
-        adapters = load_file(path)
-        if not same_base(saved_base, self._base_fingerprint(state)):
-            raise ValueError(
-                f"checkpoint {path.parent}: its LoRA adapters were trained on another base than the weights "
-                f"now at model.path={self.cfg.model.path}; put that model back there, or start a new run"
-            )
-        if {k: v.shape for k, v in adapters.items()} != {
-            k: v.shape for k, v in adapter_entries(state).items()
-        }:
-            raise ValueError(
-                f"checkpoint {path.parent}: its LoRA adapters do not match this run's (model.lora_rank "
-                "or model.lora_target_modules changed); resume with the run's own LoRA settings"
-            )
-        return {**state, **adapters}
 
     def save_pretrained(self, directory: Path | None) -> None:
         """The policy in HF format (LoRA merged) into ``directory`` (rank 0; a collective)."""

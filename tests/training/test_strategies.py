@@ -95,7 +95,11 @@ def test_a_loss_reduction_gives_the_same_update_with_and_without_micro_batching(
         runs[micro] = train_once(worker, algo)
     (one_metrics, one_grads), (all_metrics, all_grads) = runs[1], runs[ROWS]
     for name, grad in all_grads.items():
-        assert torch.allclose(one_grads[name], grad, rtol=1e-4, atol=1e-6), name  # fp32 sums in another order
+        # fp32 sums in another order: the error scales with the summed terms, not with the result, so
+        # an element of a tied embedding's gradient that cancels to near 0 still carries the rounding
+        # of the large terms (2.3e-6 on an AMX Xeon); a wrong reduction is off by the gradient itself.
+        scale = float(grad.abs().max())
+        assert torch.allclose(one_grads[name], grad, rtol=1e-4, atol=max(1e-6, 1e-4 * scale)), name
     batch, advantages = make_batch(worker.model.config.vocab_size)
     mask = batch.loss_mask
     # At ratio 1 the clipped PPO token loss is -A: reduce it by hand.

@@ -46,3 +46,15 @@ def test_a_full_fine_tunes_checkpoint_is_refused(tmp_path):
     step = _checkpoint(tmp_path, {"model.layers.0.self_attn.q_proj.weight": torch.zeros(4, 4)})
     with pytest.raises(ValueError, match="full fine-tune's checkpoint"):
         _save_checkpoint(step, tmp_path / "kept")
+
+
+def test_the_experiment_reads_its_preset_model_without_data(tmp_path):
+    """``--state`` restores the warm start over the preset's model when no ``--model`` is given: the
+    preset alone names no data, so it is read, not checked as a whole run."""
+    from aloft.config import load_config
+    from aloft.experiments.skyrl_sql import _preset_model
+    from aloft.experiments.sql_plan import ExperimentPlan
+
+    expected = load_config("skyrl_sql", ["data.builder=sql"]).model.path
+    assert _preset_model(ExperimentPlan(out=tmp_path)) == expected
+    assert _preset_model(ExperimentPlan(out=tmp_path, model="/elsewhere")) == "/elsewhere"

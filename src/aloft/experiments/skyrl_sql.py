@@ -270,9 +270,11 @@ def eval_settings(plan: ExperimentPlan, data: dict[str, Path], turns: int) -> An
 
 
 def _preset_model(plan: ExperimentPlan) -> str:
-    from aloft.config import load_config
+    """The model the experiment starts from: ``plan.model``, else the ``skyrl_sql`` preset's (read
+    from the preset alone: it names no data, which a whole run's config check would require)."""
+    from aloft.config.loading import read_preset_or_file
 
-    return plan.model or load_config("skyrl_sql", []).model.path
+    return plan.model or str(read_preset_or_file("skyrl_sql")["model"]["path"])
 
 
 def _train(plan: ExperimentPlan, variant: str, seed: int, overrides: list[str], echo: Any) -> None:

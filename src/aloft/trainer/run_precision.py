@@ -16,11 +16,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from aloft.config import AloftConfig
+from aloft.models import precision
 from aloft.models.device import resolve_device
-from aloft.models.precision import fast_dtype
 
 __all__ = ["AUTO_KEYS", "PRECISION_FILE", "choices_here", "record_precision", "recorded_precision"]
 
@@ -35,10 +33,9 @@ def choices_here(cfg: AloftConfig) -> dict[str, Any]:
     the learner resolve it; explicit values as given)."""
     dtype = cfg.engine.dtype
     if dtype == "auto":
-        dtype = str(fast_dtype(resolve_device(cfg.engine.device, key="engine.device"))).removeprefix("torch.")
-    autocast = cfg.optim.bf16_autocast
-    if autocast == "auto":
-        autocast = fast_dtype(resolve_device(cfg.trainer.device)) == torch.bfloat16
+        engine_device = resolve_device(cfg.engine.device, key="engine.device")
+        dtype = str(precision.fast_dtype(engine_device)).removeprefix("torch.")
+    autocast = precision.bf16_autocast_choice(cfg.optim.bf16_autocast, resolve_device(cfg.trainer.device))
     return {"engine.dtype": dtype, "optim.bf16_autocast": autocast}
 
 

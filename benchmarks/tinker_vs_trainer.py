@@ -22,7 +22,7 @@ Seconds per step are each side's own: the recipe's ``time/total`` (sampling, sco
 sampler save) and the trainer's ``timing/step_s`` (generation, scoring, update, weight sync). The
 two sides run one after the other on the same machine; the first step of each includes warm-up.
 
-    python benchmarks/tinker_vs_trainer.py                       # 10 steps a side (~35 min on 2 cores)
+    python benchmarks/tinker_vs_trainer.py                       # 10 steps a side (15-35 min on 2 cores)
     python benchmarks/tinker_vs_trainer.py --steps 2 --batch 2 --group 4 --max-tokens 16   # a smoke run
 """
 

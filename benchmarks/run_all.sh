@@ -36,6 +36,7 @@ run() {
 py=python
 vllm_py=.venv-vllm/bin/python
 run limits $py benchmarks/limits.py
+run decode_profile $py benchmarks/decode_profile.py
 run rollout_throughput $py benchmarks/rollout_throughput.py
 run rollout_throughput_grpo $py benchmarks/rollout_throughput.py --models smollm2 --prompt-tokens 32,512,1024,2048
 run grpo_step_vs_trl $py benchmarks/grpo_step_vs_trl.py

@@ -48,6 +48,7 @@ from rollout_throughput import (
     grpo_requests,
     grpo_shape_engine,
     random_prompts,
+    run_dtypes,
 )
 
 OP_KINDS: list[tuple[str, tuple[str, ...]]] = [
@@ -303,14 +304,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     from aloft.models import build_tiny_model, resolve_model_path
-    from aloft.models.precision import cpu_has_native_bf16
 
     print(cpu_header(), flush=True)
-    dtypes = (
-        [args.dtype]
-        if args.dtype != "both"
-        else ["float32"] + (["bfloat16"] if cpu_has_native_bf16() else [])
-    )
+    dtypes = run_dtypes(args.dtype)
     scratch = Path(tempfile.mkdtemp(prefix="aloft-bench-decode-"))
     results = []
     try:

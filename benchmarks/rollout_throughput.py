@@ -39,8 +39,10 @@ top-k off, KV cache on.
 
 Timing: wall time of the whole workload after one short warm-up call per backend (4 tokens, the same
 prompts), repeated ``--repeats`` times; the figure is the best repeat. tok/s = useful tokens / seconds.
-Precision: ``--dtype auto`` (default) is ``aloft.models.precision.fast_dtype()``: bfloat16 where this CPU
-multiplies it natively (AVX512-BF16 / AMX), else float32. HF generate and the hf engine run on aloft's
+Precision: ``--dtype both`` (default) runs float32 and, where this CPU multiplies bf16 natively
+(AVX512-BF16 / AMX), bfloat16 too, one after the other in the same run, every backend in each;
+``--dtype auto`` runs ``aloft.models.precision.fast_dtype()`` alone (bfloat16 where native, else
+float32). HF generate and the hf engine run on aloft's
 one compute thread (one OpenMP team, see aloft.models.compute_thread).
 """
 
@@ -145,9 +147,8 @@ def bench_model(name: str, model_path: str, args: argparse.Namespace) -> dict[st
     from aloft.inference.hf import HFEngine
     from aloft.models import load_tokenizer
     from aloft.models.compute_thread import on_compute_thread
-    from aloft.models.precision import fast_dtype
 
-    dtype = fast_dtype("cpu") if args.dtype == "auto" else getattr(torch, args.dtype)
+    dtype = getattr(torch, args.dtype)  # one of run_dtypes
     tokenizer = load_tokenizer(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).eval()
     if hasattr(model, "set_attn_implementation"):
@@ -382,9 +383,8 @@ def bench_grpo(name: str, model_path: str, args: argparse.Namespace) -> list[dic
     import torch
 
     from aloft.models.compute_thread import on_compute_thread
-    from aloft.models.precision import fast_dtype
 
-    dtype = fast_dtype("cpu") if args.dtype == "auto" else getattr(torch, args.dtype)
+    dtype = getattr(torch, args.dtype)  # one of run_dtypes
     model, tokenizer, vocabulary, engine = grpo_shape_engine(
         model_path, dtype, args.prompts * args.samples, args.seed
     )
@@ -546,11 +546,16 @@ def grpo_tables(results: list[dict[str, Any]]) -> list[Table]:
             ["{}", "{}", "{}", "{:.2f}", "{:.3f}", "{:.1f}", "{:.0f}", "{:.2f}x", "{:.2f}x"],
         )
     ]
-    turns = [row for result in results for row in result.get("multiturn") or []]
+    turns = [
+        (f"{result['model']} ({result['dtype']})", row)
+        for result in results
+        for row in result.get("multiturn") or []
+    ]
     if turns:
         tables.append(
             Table(
                 [
+                    "model",
                     "multi-turn episode",
                     "prompt tokens",
                     "trajectories x turns",
@@ -561,6 +566,7 @@ def grpo_tables(results: list[dict[str, Any]]) -> list[Table]:
                 ],
                 [
                     [
+                        model,
                         row["backend"],
                         row["prompt_tokens"],
                         f"{row['trajectories']} x {row['turns']}",
@@ -569,9 +575,9 @@ def grpo_tables(results: list[dict[str, Any]]) -> list[Table]:
                         row["prefilled_per_trajectory"],
                         row["seconds"],
                     ]
-                    for row in turns
+                    for model, row in turns
                 ],
-                ["{}", "{}", "{}", "{}", "{}", "{:.0f}", "{:.1f}"],
+                ["{}", "{}", "{}", "{}", "{}", "{}", "{:.0f}", "{:.1f}"],
             )
         )
     return tables
@@ -589,7 +595,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--min-tokens", type=int, default=8, help="smallest completion budget")
     parser.add_argument("--max-tokens", type=int, default=256, help="largest completion budget")
     parser.add_argument(
-        "--dtype", default="auto", choices=("auto", "float32", "bfloat16"), help="model dtype"
+        "--dtype",
+        default="both",
+        choices=("both", "auto", "float32", "bfloat16"),
+        help="both: float32, and bfloat16 where the CPU has native bf16; auto: the CPU's fast dtype",
     )
     parser.add_argument("--repeats", type=int, default=1, help="timed calls per backend (best counts)")
     parser.add_argument("--seed", type=int, default=0)
@@ -630,6 +639,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def run_dtypes(choice: str) -> list[str]:
+    """The dtypes a run measures for ``--dtype choice``: ``both`` is float32 and, where this CPU
+    multiplies bf16 natively, bfloat16; ``auto`` the CPU's fast dtype alone."""
+    from aloft.models.precision import cpu_has_native_bf16, fast_dtype
+
+    if choice == "both":
+        return ["float32"] + (["bfloat16"] if cpu_has_native_bf16() else [])
+    if choice == "auto":
+        return [str(fast_dtype("cpu")).removeprefix("torch.")]
+    return [choice]
+
+
 def cpu_header() -> str:
     """The CPU model and its bf16 capabilities (these machines vary: AMX Xeons, AVX512-BF16 and AVX2 EPYCs)."""
     machine = machine_info()
@@ -662,21 +683,23 @@ def main(argv: list[str] | None = None) -> None:
                 path = build_tiny_model(scratch / "tiny", max_position_embeddings=longest + 64, **TINY_SHAPE)
             else:
                 path = resolve_model_path(SMOLLM2)
-            started = time.perf_counter()
-            if args.prompt_tokens is not None:
-                print(
-                    f"{name}: GRPO shape {args.prompts} x {args.samples}, {args.new_tokens} new tokens ...",
-                    flush=True,
-                )
-                results += bench_grpo(name, str(path), args)
-            else:
-                print(
-                    f"{name}: {args.requests} requests, batch {args.batch}, budgets {args.min_tokens}..{args.max_tokens} ...",
-                    end=" ",
-                    flush=True,
-                )
-                results.append(bench_model(name, str(path), args))
-            print(f"{time.perf_counter() - started:.0f} s", flush=True)
+            for dtype in run_dtypes(args.dtype):
+                run_args = argparse.Namespace(**{**vars(args), "dtype": dtype})
+                started = time.perf_counter()
+                if args.prompt_tokens is not None:
+                    print(
+                        f"{name} {dtype}: GRPO shape {args.prompts} x {args.samples}, {args.new_tokens} new tokens ...",
+                        flush=True,
+                    )
+                    results += bench_grpo(name, str(path), run_args)
+                else:
+                    print(
+                        f"{name} {dtype}: {args.requests} requests, batch {args.batch}, budgets {args.min_tokens}..{args.max_tokens} ...",
+                        end=" ",
+                        flush=True,
+                    )
+                    results.append(bench_model(name, str(path), run_args))
+                print(f"{time.perf_counter() - started:.0f} s", flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

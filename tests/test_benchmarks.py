@@ -125,6 +125,32 @@ def test_rollout_throughput_grpo_shape_runs(tmp_path, capsys):
     assert "s / decode step" in printed and "prefilled per trajectory" in printed
 
 
+def test_rollout_throughput_runs_float32_and_native_bf16_in_one_run(tmp_path, monkeypatch, capsys):
+    """--dtype both (the default) measures bfloat16 too where the CPU multiplies it natively. The CPU's
+    answer is patched: this test's point is that both land in one JSON, named, on any machine."""
+    import aloft.models.precision as precision
+
+    bench = load_benchmark("rollout_throughput")
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: False)
+    assert bench.run_dtypes("both") == ["float32"]
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: True)
+    assert bench.run_dtypes("both") == ["float32", "bfloat16"]
+    assert bench.run_dtypes("float32") == ["float32"]
+    out = tmp_path / "grpo.json"
+    argv = ["--models", "tiny", "--no-vllm", "--prompt-tokens", "8", "--prompts", "1", "--samples", "2"]
+    argv += ["--new-tokens", "3", "--turns", "2", "--turn-tokens", "2", "--observation-tokens", "3"]
+    bench.main([*argv, "--multiturn-samples", "1", "--multiturn-prompt", "8", "--json", str(out)])
+    figures = json.loads(out.read_text())
+    assert [result["dtype"] for result in figures["results"]] == ["float32", "bfloat16"]
+    for result in figures["results"]:
+        (shape,) = result["grpo"]
+        assert shape["rows"]["hf engine"]["tokens"] == 1 * 2 * 3
+    grpo_table, turns_table = figures["tables"]
+    models = {row[0] for row in grpo_table["rows"]}
+    assert models == {"tiny (float32)", "tiny (bfloat16)"}
+    assert {row[0] for row in turns_table["rows"]} == models  # each multi-turn row names its dtype
+
+
 def test_packing_runs(tmp_path, capsys):
     bench = load_benchmark("packing")
     out = tmp_path / "packing.json"

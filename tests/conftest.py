@@ -99,6 +99,7 @@ INTEGRATION_MODULES = (
     "tests/inference/test_remote_and_serve.py",
     "tests/inference/test_openai_sdk.py",
     "tests/inference/test_engine_contract.py",
+    "tests/inference/test_vllm_rollout_benchmark.py",
     "tests/rollout/test_agent_env.py",
     "tests/trainer/",
     "tests/training/test_strategies.py",

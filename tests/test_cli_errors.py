@@ -178,3 +178,35 @@ def test_a_missing_package_names_the_extra(monkeypatch, tmp_path, capsys):
     (run / "metrics.jsonl").write_text("")
     code = main(["report", str(run), "--out", str(tmp_path / "page.html")])
     one_line(capsys, code, "report needs plotly, which is not installed: pip install 'aloft[report]'")
+
+
+def test_experiment_takes_its_base_model_as_model_path(capsys):
+    """`model.path=X` names the model the experiment's runs start from, as in `aloft train`: it is the
+    warm start's base, so it leaves the settings every run gets (last there, it would replace the warm
+    start's model). `--model X`, its old spelling, works for one release with a one-line note."""
+    import argparse
+
+    from aloft.cli_experiment import base_model
+
+    words = ["model.path=tiny-model", "trainer.max_steps=3"]
+    assert base_model(argparse.Namespace(overrides=words, model=None)) == (
+        "tiny-model",
+        ["trainer.max_steps=3"],
+    )
+    assert capsys.readouterr().err == ""
+    assert base_model(argparse.Namespace(overrides=["trainer.max_steps=3"], model="old")) == (
+        "old",
+        ["trainer.max_steps=3"],
+    )
+    assert capsys.readouterr().err.strip() == (
+        "aloft experiment: --model is deprecated and goes in the next release; use model.path=X"
+    )
+
+
+def test_experiment_refuses_two_base_models(tmp_path, capsys):
+    out = tmp_path / "exp"
+    code = main(["experiment", "skyrl-sql", "--out", str(out), "--model", "a", "model.path=b"])
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2 and len(err) == 2 and "--model is deprecated" in err[0]
+    assert err[1] == "aloft: --model a and model.path=b disagree; give model.path= alone"
+    assert not out.exists()  # refused before anything ran

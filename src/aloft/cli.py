@@ -166,7 +166,6 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     )
     exp.add_argument("name", choices=["skyrl-sql"], help="which experiment")
     exp.add_argument("--out", default="experiments/skyrl-sql", help="output directory (data, runs, report)")
-    exp.add_argument("--model", default=None, help="model (default: the skyrl_sql preset's)")
     exp.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="training seeds")
     exp.add_argument(
         "--variants",
@@ -212,6 +211,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         default=None,
         metavar="DIR",
         help="only save --out's small state into DIR (e.g. after stopping a run) and exit",
+    )
+    exp.add_argument_group("deprecated flags (each works for one release; use the key)").add_argument(
+        "--model", default=None, help="use model.path (default: the skyrl_sql preset's)"
     )
     _add_debug(exp)
     srv = sub.add_parser(

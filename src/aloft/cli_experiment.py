@@ -3,7 +3,28 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+
+
+def base_model(args: argparse.Namespace) -> tuple[str | None, list[str]]:
+    """The experiment's base model and the rest of its settings.
+
+    ``model.path=X`` means what it means to ``aloft train``: the model the runs train from. Here that
+    is the base the warm start is built on, so it is taken out of the settings every run gets (as a
+    last word there it would replace the warm start's model). ``--model X`` is its old spelling.
+    """
+    words = [word for word in args.overrides if word.partition("=")[0].strip() == "model.path"]
+    rest = [word for word in args.overrides if word not in words]
+    given = words[-1].partition("=")[2].strip() if words else None
+    if args.model is not None:
+        print(
+            "aloft experiment: --model is deprecated and goes in the next release; use model.path=X",
+            file=sys.stderr,
+        )
+        if given is not None and given != args.model:
+            raise ValueError(f"--model {args.model} and model.path={given} disagree; give model.path= alone")
+    return given or args.model, rest
 
 
 def run_experiment_command(args: argparse.Namespace) -> int:
@@ -17,14 +38,15 @@ def run_experiment_command(args: argparse.Namespace) -> int:
             f"{flag}: no experiment in {args.out}; run it first (without {flag}), "
             "or pass the --out it was run with"
         )
+    model, overrides = base_model(args)
     plan = ExperimentPlan(
         out=Path(args.out),
-        model=args.model,
+        model=model,
         seeds=tuple(args.seeds),
         variants=tuple(args.variants),
         eval_size=args.eval_size,
         train_size=args.train_size,
-        overrides=list(args.overrides),
+        overrides=overrides,
         quick=args.quick,
         hint=not args.no_hint,
         warm_start=args.warm_start,

@@ -60,7 +60,7 @@ def test_quick_experiment_end_to_end_and_resume(tmp_path, capsys):
         tmp_path / "tiny", hidden_size=64, num_layers=2, seed=0, max_position_embeddings=8192
     )
     out = tmp_path / "exp"
-    argv = ["experiment", "skyrl-sql", "--quick", "--out", str(out), "--model", model]
+    argv = ["experiment", "skyrl-sql", "--quick", "--out", str(out), f"model.path={model}"]
     argv += ["--seeds", "0", "--eval-size", "2", "--train-size", "8", "--warm-start", "4", *TINY]
     # A random tiny model writes no protocol to warm-start from (tested below): its demonstrations
     # come from a scripted first turn, saved where the experiment keeps them; it then fits them.
@@ -208,7 +208,7 @@ def test_warm_start_from_a_model_that_never_probes_fails_in_one_line(tmp_path, c
         tmp_path / "tiny", hidden_size=64, num_layers=2, seed=0, max_position_embeddings=8192
     )
     out = tmp_path / "exp"
-    argv = ["experiment", "skyrl-sql", "--quick", "--out", str(out), "--model", model, "--seeds", "0"]
+    argv = ["experiment", "skyrl-sql", "--quick", "--out", str(out), f"model.path={model}", "--seeds", "0"]
     argv += ["--eval-size", "2", "--train-size", "4", "--warm-start", "2", *TINY]
     assert main(argv) == 2
     error = capsys.readouterr().err.strip()

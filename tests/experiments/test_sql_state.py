@@ -49,7 +49,7 @@ def test_a_full_fine_tunes_checkpoint_is_refused(tmp_path):
 
 
 def test_the_experiment_reads_its_preset_model_without_data(tmp_path):
-    """``--state`` restores the warm start over the preset's model when no ``--model`` is given: the
+    """``--state`` restores the warm start over the preset's model when no ``model.path=`` is given: the
     preset alone names no data, so it is read, not checked as a whole run."""
     from aloft.config import load_config
     from aloft.experiments.skyrl_sql import _preset_model

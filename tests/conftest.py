@@ -108,7 +108,7 @@ INTEGRATION_MODULES = (
 )
 """Where the tests that run whole pieces together live: training runs, Ray, several processes,
 servers, the browser, benchmarks. They are marked ``integration`` (``pytest_collection_modifyitems``)."""
-MODEL_FIXTURES = {"tiny_overrides"}
+MODEL_FIXTURES = {"tiny_overrides", "elements_server"}
 """A test that takes one of these runs a training run or a server, wherever it lives."""
 
 

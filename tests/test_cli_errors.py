@@ -210,3 +210,25 @@ def test_experiment_refuses_two_base_models(tmp_path, capsys):
     assert code == 2 and len(err) == 2 and "--model is deprecated" in err[0]
     assert err[1] == "aloft: --model a and model.path=b disagree; give model.path= alone"
     assert not out.exists()  # refused before anything ran
+
+
+@pytest.mark.parametrize(
+    ("argv", "note"),
+    [
+        (["serve", "/no/such/model", "--dtype", "float32"], "--dtype is deprecated"),
+        (["serve", "/no/such/model", "--backend", "hf"], "--backend is deprecated"),
+        (["tinker-serve", "--model", "/no/such/model"], "--model is deprecated"),
+    ],
+)
+def test_the_servers_old_spellings_still_work_with_a_one_line_note(argv, note, tmp_path, capsys):
+    """An old spelling reaches the same place as the new one (here: the missing model), after one
+    line naming what replaces it."""
+    needs = ("fastapi", "uvicorn") + (("tinker", "peft") if argv[0] == "tinker-serve" else ())
+    code = main([*argv, *(["--checkpoint-dir", str(tmp_path)] if argv[0] == "tinker-serve" else [])])
+    if not installed(*needs):  # the command stops at its extra's import, before reading its flags
+        one_line(capsys, code, "pip install 'aloft[")
+        return
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2 and len(err) == 2, err
+    assert note in err[0] and "goes in the next release" in err[0]
+    assert err[1].startswith("aloft: ") and "'/no/such/model' is not available" in err[1]

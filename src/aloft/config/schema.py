@@ -309,7 +309,9 @@ class TrainerConfig(Section):
     prompts_per_step: PositiveInt = 8
     """Prompts per step (the batch is prompts_per_step x generator.n_samples trajectories)."""
     eval_every: NonNegativeInt = 5
-    """Eval on the held-out set every N steps (0 disables periodic eval)."""
+    """Eval on the held-out set every N steps (0 disables periodic eval). The last step is always
+    evaluated, as it is always saved; a run without held-out rows (``data.eval_size=0`` and no
+    ``data.eval_files``) evaluates nothing."""
     eval_before_training: bool = True
     """Eval once before the first step."""
     checkpoint_every: NonNegativeInt = 5

@@ -474,6 +474,18 @@ def report_tables(figures: dict[str, Any]) -> list[Table]:
             "share_of_linears_alone",
         )
         rows.append([side, *(figures_of[key] for key in keys)])
+    # The ceiling as a row of its own: where the step would be with nothing but its linears.
+    alone = bounds["linears_alone_tok_per_s"]
+    rows.append(
+        [
+            "its linears alone (no attention, norms, sampling)",
+            alone,
+            None,
+            alone / bounds["bandwidth_bound_tok_per_s"],
+            alone / bounds["roofline_tok_per_s"],
+            1.0,
+        ]
+    )
     tables.append(
         Table(
             [

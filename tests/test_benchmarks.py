@@ -361,6 +361,11 @@ def test_limits_runs_and_reports_each_figure_against_its_bound(tmp_path, capsys)
     printed = capsys.readouterr().out
     assert "% of matmul peak" in printed and "% of roofline" in printed
     assert "% of its linears alone" in printed and "linears alone, weights streamed (4 rows)" in printed
+    decode_table = figures["tables"][2]
+    alone_row = decode_table["rows"][-1]
+    assert alone_row[0].startswith("its linears alone")
+    assert alone_row[1] == pytest.approx(bounds["linears_alone_tok_per_s"])
+    assert alone_row[4] == pytest.approx(bounds["linears_alone_tok_per_s"] / bounds["roofline_tok_per_s"])
 
 
 def test_limits_compares_the_hf_engine_with_what_the_vllm_worker_reports(tmp_path, monkeypatch, capsys):

@@ -45,7 +45,9 @@ def kl_divergence(
         return 0.5 * (logprobs - ref_logprobs).pow(2)
     if estimator == "k3":
         ref_log_ratio = (ref_logprobs - logprobs).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
-        k3 = ref_log_ratio.exp() - ref_log_ratio - 1.0
+        # exp(r) - 1 - r written with expm1: exact math is >= 0, and exp(r) - r - 1 in float32 rounds
+        # to small negatives near r = 0 (-6e-8 was found); expm1(r) never rounds below r.
+        k3 = torch.expm1(ref_log_ratio) - ref_log_ratio
         return k3 if clamp is None else k3.clamp(-clamp, clamp)
     raise ValueError(f"unknown KL estimator {estimator!r}; choose one of: {', '.join(KL_ESTIMATORS)}")
 

@@ -7,9 +7,13 @@ the partial one is ignored and cleaned up on the next start.
 
 from __future__ import annotations
 
+import ctypes
+import errno as _errno
+import functools
 import os
 import re
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -75,21 +79,67 @@ def _alive(pid: int) -> bool:
 
 
 def write_directory_atomically(final: Path, write: Callable[[Path], None]) -> Path:
-    """Call ``write(tmp_dir)`` on a sibling ``<final>.tmp-<pid>`` and rename it to ``final`` once every
+    """Call ``write(tmp_dir)`` on a sibling ``<final>.tmp-<pid>`` and put it at ``final`` once every
     file is flushed, replacing an existing ``final``: a reader sees the old directory or the whole
-    new one, never a part (a kill mid-write leaves the ``.tmp-`` sibling for the next start to remove)."""
+    new one, never a part and (on Linux) never neither. A ``write`` that raises leaves nothing
+    behind; a kill mid-write leaves the ``.tmp-`` sibling for the next start to remove."""
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    write(tmp)
-    _fsync_tree(tmp)
+    try:
+        write(tmp)
+        _fsync_tree(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if final.exists():  # re-saving (e.g. a step after a resume): replace it
-        shutil.rmtree(final)
-    os.rename(tmp, final)
+        _replace_directory(tmp, final)
+    else:
+        os.rename(tmp, final)
     _fsync_dir(final.parent)
     return final
+
+
+_RENAME_EXCHANGE = 2
+"""``renameat2``'s flag that swaps two paths in one step (Linux 3.15+, glibc 2.28+)."""
+
+
+def _replace_directory(new: Path, final: Path) -> None:
+    """Put the directory ``new`` at ``final``, which exists. Swapped in one step where the OS can, so
+    no moment exists without ``final``, and the old copy (now at ``new``) removed after; elsewhere
+    ``final`` is removed first and a kill between the two steps leaves only ``new``'s ``.tmp-``."""
+    if not _exchange(new, final):
+        shutil.rmtree(final)
+        os.rename(new, final)
+        return
+    shutil.rmtree(new, ignore_errors=True)  # the old copy; a kill here leaves a stale .tmp-
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the paths ``a`` and ``b`` atomically; False where this OS or file system cannot."""
+    renameat2 = getattr(_libc(), "renameat2", None)
+    if renameat2 is None:
+        return False
+    at_cwd = -100  # AT_FDCWD: the paths are taken as given
+    done = renameat2(at_cwd, os.fsencode(a), at_cwd, os.fsencode(b), _RENAME_EXCHANGE)
+    if done == 0:
+        return True
+    errno = ctypes.get_errno()
+    if errno in (_errno.EINVAL, _errno.ENOSYS, _errno.ENOTSUP):
+        return False  # no RENAME_EXCHANGE here: the caller replaces in two steps
+    raise OSError(errno, f"cannot swap {a} with {b}: {os.strerror(errno)}")
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    if sys.platform != "linux":
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
 
 
 def _fsync_tree(path: Path) -> None:

@@ -68,7 +68,12 @@ class ProbingText2Sql(Text2SqlEnv):
 def run(
     model: Any, tokenizer: Any, rows: list[Any], args: argparse.Namespace, cache_gb: float
 ) -> dict[str, Any]:
-    engine = HFEngine(model, tokenizer, dtype=model.dtype, seed=args.seed, prefix_cache_gb=cache_gb)
+    # min_shared_prefix=0 in both rows: trajectories admitted together share the system message
+    # (and a schema), which would otherwise be prefilled once without the cache too; this benchmark
+    # measures the cache across turns (benchmarks/shared_prefill.py measures that sharing).
+    engine = HFEngine(
+        model, tokenizer, dtype=model.dtype, seed=args.seed, prefix_cache_gb=cache_gb, min_shared_prefix=0
+    )
     engine.limits = dataclasses.replace(engine.limits, eos_ids=frozenset())  # every turn: its full budget
     limits = EpisodeLimits(max_turns=args.turns, max_total_tokens=args.turns * (args.turn_tokens + 400))
     generator = Generator(

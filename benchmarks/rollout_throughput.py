@@ -432,7 +432,11 @@ def bench_multiturn(
     length = min(length, args.multiturn_prompt)
     rows = []
     for label, cache_gb in (("history re-prefilled", 0.0), ("prefix cache", 2.0)):
-        engine = HFEngine(model, tokenizer, dtype=dtype, seed=args.seed, prefix_cache_gb=cache_gb)
+        # min_shared_prefix=0: the histories admitted together share the prompt, which would be
+        # prefilled once without the cache too; this measures the cache (shared_prefill.py the other).
+        engine = HFEngine(
+            model, tokenizer, dtype=dtype, seed=args.seed, prefix_cache_gb=cache_gb, min_shared_prefix=0
+        )
         engine.limits = dataclasses.replace(engine.limits, eos_ids=frozenset())
         try:
             (prompt,) = random_prompts(vocabulary, 1, length, seed=args.seed + 7)

@@ -688,3 +688,18 @@ def test_decode_profile_splits_the_call_and_the_step_into_parts_that_add_up(tmp_
     assert sum(shares) == pytest.approx(1.0)
     assert sum(row[4] for row in by_op) == pytest.approx(1.0)
     assert "Timed pass" in capsys.readouterr().out
+
+
+def test_shared_prefill_prefills_the_shared_beginnings_once_with_the_same_tokens(tmp_path, capsys):
+    bench = load_benchmark("shared_prefill")
+    out = tmp_path / "shared_prefill.json"
+    bench.main(["--model", "tiny", "--questions", "6", "--max-tokens", "3", "--json", str(out)])
+    figures = json.loads(out.read_text())
+    whole, shared = figures["rows"]
+    assert (whole["min_shared_prefix"], shared["min_shared_prefix"]) == (0, 64)
+    assert whole["prefilled_tokens"] == figures["prompt_tokens"] > 1000 * figures["questions"]
+    # Real SQL prompts: one system message and a schema per database, each prefilled once.
+    assert shared["prefilled_tokens"] < whole["prefilled_tokens"] / 3
+    assert figures["same_tokens"] and figures["largest_logprob_gap"] < 1e-4
+    assert figures["machine"]["cpu"] and len(figures["databases"]) == 2
+    assert "ratio (whole / shared once)" in capsys.readouterr().out

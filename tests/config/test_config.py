@@ -165,6 +165,6 @@ def test_engine_gpu_settings_reach_each_backend_under_its_own_names():
     sglang = load_config("quickstart", ["engine.backend=sglang", *settings]).engine_options()
     assert sglang == {"tp_size": 2, "mem_fraction_static": 0.4, "disable_radix_cache": True}
     hf = load_config("quickstart", ["engine.device=cpu"]).engine_options()
-    assert hf == {"prefix_cache_gb": 2.0, "device": "cpu"}
+    assert hf == {"prefix_cache_gb": 2.0, "min_shared_prefix": 64, "device": "cpu"}
     # Unset, the GPU share is each engine's own default.
     assert "gpu_memory_utilization" not in load_config("quickstart", ["engine.backend=vllm"]).engine_options()

@@ -113,6 +113,10 @@ class EngineConfig(Section):
     prefix_cache_gb: NonNegativeFloat = 2.0
     """hf engine: memory for the KV of finished turns and prompts, so a trajectory's next turn
     prefills only its new tokens (least recently used out first; 0 turns it off)."""
+    min_shared_prefix: NonNegativeInt = 64
+    """hf engine: prompts admitted together that share a beginning of this many tokens or more (a
+    system message, a database schema) prefill it once; their logprobs then equal a plain prefill's
+    up to float rounding, not bit for bit. 0: every prompt prefilled whole."""
     urls: list[str] = []
     """Server URLs for backend=remote (any OpenAI-compatible server: aloft serve, vllm serve, ...)."""
     api_key: str | None = None
@@ -140,7 +144,11 @@ class EngineConfig(Section):
     def backend_options(self) -> dict[str, Any]:
         """Settings only this section's backend takes, as engine constructor arguments."""
         if self.backend == "hf":
-            return {"prefix_cache_gb": self.prefix_cache_gb, "device": self.device}
+            return {
+                "prefix_cache_gb": self.prefix_cache_gb,
+                "min_shared_prefix": self.min_shared_prefix,
+                "device": self.device,
+            }
         if self.backend == "vllm":
             fraction = (
                 {}

@@ -23,6 +23,7 @@ from transformers.cache_utils import DynamicLayer
 from aloft.inference.decode_step import DecodeStep, decode_step_supported
 from aloft.inference.kv_cache import AppendableLayer
 from aloft.inference.prefix_cache import CachedHistory, CachedSegment, PrefixCache, longest_prefix
+from aloft.inference.prefix_tree import MIN_SHARED_TOKENS, plan_prefill, prefill_over_tree
 from aloft.inference.sampling import sample_next_tokens
 from aloft.inference.shared_prefix import SHARED_PREFIX_ATTENTION, SegmentBatch
 from aloft.inference.stopping import DecodeLimits, stop_window
@@ -100,11 +101,14 @@ class BatchDecoder:
         version: int = 0,
         max_rows: int = 0,
         prefix_cache: PrefixCache | None = None,
+        min_shared_prefix: int = MIN_SHARED_TOKENS,
     ) -> None:
         """``max_rows``: the most rows the caller will run at once (the cache reserves room for them).
 
         ``prefix_cache``: where finished rows and segments are kept for requests that continue them
         (used only with shared prefixes; it must hold entries of this decoder's weights only).
+        ``min_shared_prefix``: distinct prompts admitted together that share a beginning of this many
+        tokens or more prefill it once (``aloft.inference.prefix_tree``; shared prefixes only); 0: never.
         """
         self.model, self.tokenizer, self.limits, self.version = model, tokenizer, limits, version
         self.max_rows = max_rows
@@ -120,6 +124,7 @@ class BatchDecoder:
         self.shares_prefixes = getattr(model.config, "_attn_implementation", None) == SHARED_PREFIX_ATTENTION
         self.segments: SegmentBatch | None = None
         self.prefix_cache = prefix_cache if self.shares_prefixes else None
+        self.min_shared_prefix = min_shared_prefix
         # Decode steps of Llama-family models in few torch ops (aloft.inference.decode_step); prefill
         # and other models run the model's own forward.
         self.decode_step = (
@@ -189,44 +194,52 @@ class BatchDecoder:
         """Prefill each distinct prompt once (a group's n samples share it) and add the rows."""
         distinct: dict[tuple[int, ...], int] = {}
         source = [distinct.setdefault(tuple(r.request.prompt_ids), len(distinct)) for r in rows]
-        input_ids, attention_mask = _left_pad(list(distinct), self.limits.pad_id)  # [U, T]
-        position_ids = (attention_mask.cumsum(dim=-1) - 1).clamp_(min=0)  # [U, T]: padding does not count
-        cache = DynamicCache()
-        logits = self.model(
-            input_ids=input_ids.to(self.device),
-            attention_mask=attention_mask.to(self.device),
-            position_ids=position_ids.to(self.device),
-            **{self.cache_name: cache},
-            **self.forward_kwargs,
-        ).logits[:, -1, :]  # [U, V]
-        self.prefilled_tokens += sum(len(prompt) for prompt in distinct)
-        next_positions = position_ids[:, -1] + 1  # [U]
         row_source = torch.tensor(source, dtype=torch.long)
         if self.shares_prefixes:
-            # The prompts become segments; each row's own cache starts empty.
-            places = self._add_segments(
-                SegmentBatch(
-                    keys=[layer.keys for layer in cache.layers],
-                    values=[layer.values for layer in cache.layers],
-                    lengths=attention_mask.sum(dim=-1),
-                    tokens=list(distinct),
-                    logits=list(logits.cpu()),
-                    row_segment=torch.zeros((0,), dtype=torch.long),
-                )
+            # The prompts become segments (prefilled over what they share); each row's own cache starts empty.
+            plan = plan_prefill(list(distinct), self.min_shared_prefix)
+            prompts, logits = prefill_over_tree(
+                plan, self._forward_logits, self.limits.pad_id, self.model.dtype
             )
+            self.prefilled_tokens += plan.prefilled_tokens
+            next_positions = prompts.lengths.clone()  # [U]
+            places = self._add_segments(prompts)
             self.segments.add_rows([places[u] for u in source])
             for row in rows:
                 row.segment = tuple(row.request.prompt_ids)
-            cache, attention_mask = (
-                self._empty_private_cache(len(rows)),
-                attention_mask.new_zeros((len(rows), 0)),
-            )
-        elif len(distinct) < len(rows):
+            cache = self._empty_private_cache(len(rows))
+            attention_mask = torch.zeros((len(rows), 0), dtype=torch.long)
+        else:
+            input_ids, attention_mask = _left_pad(list(distinct), self.limits.pad_id)  # [U, T]
+            position_ids = (attention_mask.cumsum(dim=-1) - 1).clamp_(min=0)  # [U, T]: padding does not count
+            cache = DynamicCache()
+            logits = self._forward_logits(input_ids, attention_mask, position_ids, cache)  # [U, V]
+            self.prefilled_tokens += sum(len(prompt) for prompt in distinct)
+            next_positions = position_ids[:, -1] + 1  # [U]
+        if not self.shares_prefixes and len(distinct) < len(rows):
             cache.batch_select_indices(row_source.to(self.device))
             attention_mask = attention_mask[row_source]
         if len(distinct) < len(rows):
             logits, next_positions = logits[row_source.to(self.device)], next_positions[row_source]
         self._add_rows(rows, seeds, handles, cache, attention_mask, logits, next_positions)
+
+    def _forward_logits(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        cache: DynamicCache,
+        **extra: Any,
+    ) -> torch.Tensor:
+        """The model's forward over ``input_ids [N, T]`` filling ``cache``: last logits ``[N, V]``."""
+        return self.model(
+            input_ids=input_ids.to(self.device),
+            attention_mask=attention_mask.to(self.device),
+            position_ids=position_ids.to(self.device),
+            **{self.cache_name: cache},
+            **self.forward_kwargs,
+            **extra,
+        ).logits[:, -1, :]
 
     def _admit_continuations(self, items: list[tuple[_Row, int, Any, _Reuse]]) -> None:
         """Add rows that continue a segment (and maybe a cached history): prefill only their new tokens."""
@@ -297,14 +310,9 @@ class BatchDecoder:
         cache.layers = [AppendableLayer(k, v, len(rows)) for k, v in zip(keys, values)]
         places = [self.segments.index(reuse.segment) for _, _, _, reuse in items]
         plan = self.segments.plan(self.model.dtype, torch.tensor(places, dtype=torch.long))
-        logits = self.model(
-            input_ids=input_ids.to(self.device),
-            attention_mask=attention_mask.to(self.device),
-            position_ids=position_ids.to(self.device),
-            **{self.cache_name: cache},
-            **self.forward_kwargs,
-            segments=plan,
-        ).logits[:, -1, :]  # [B', V]
+        logits = self._forward_logits(
+            input_ids, attention_mask, position_ids, cache, segments=plan
+        )  # [B', V]
         self.prefilled_tokens += sum(len(new) for new in news)
         self.segments.add_rows(places)
         self._add_rows(
@@ -452,18 +460,9 @@ class BatchDecoder:
                 tokens, self.next_positions, self.cache, self.attention_mask, shared["segments"]
             )
         else:
-            self.logits = (
-                self.model(
-                    input_ids=tokens[:, None].to(self.device),
-                    attention_mask=self.attention_mask.to(self.device),
-                    position_ids=self.next_positions[:, None].to(self.device),
-                    **{self.cache_name: self.cache},
-                    **self.forward_kwargs,
-                    **shared,
-                )
-                .logits[:, -1, :]
-                .cpu()
-            )
+            self.logits = self._forward_logits(
+                tokens[:, None], self.attention_mask, self.next_positions[:, None], self.cache, **shared
+            ).cpu()
         self.next_positions = self.next_positions + 1
 
     def _completion(self, row: _Row) -> Completion:

@@ -32,6 +32,7 @@ from aloft.inference.base import WeightsSource, register_engine
 from aloft.inference.batching import Deliver, RequestBatcher, Take, check_prompt
 from aloft.inference.decoding import BatchDecoder
 from aloft.inference.prefix_cache import PrefixCache
+from aloft.inference.prefix_tree import MIN_SHARED_TOKENS
 from aloft.inference.prepacked import prepack_linears, prepacking_supported, repack_linears
 from aloft.inference.shared_prefix import SHARED_PREFIX_ATTENTION, shared_prefix_supported
 from aloft.inference.stopping import DecodeLimits, end_of_completion_ids
@@ -97,6 +98,9 @@ class HFEngine:
         prefix_cache_gb: memory for the KV of finished rows and prompts, so that the next turn of a
             trajectory (a request with a ``session_id`` whose prompt continues a finished one) prefills
             only its new tokens (``aloft.inference.prefix_cache``); 0 turns it off.
+        min_shared_prefix: prompts admitted together that share a beginning of this many tokens or
+            more prefill it once (``aloft.inference.prefix_tree``: logprobs equal a plain prefill's up
+            to float rounding); 0: every prompt prefilled whole.
     """
 
     def __init__(
@@ -110,12 +114,17 @@ class HFEngine:
         seed: int = 0,
         batch_wait_s: float = 0.002,
         prefix_cache_gb: float = 2.0,
+        min_shared_prefix: int = MIN_SHARED_TOKENS,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"HFEngine: max_batch_size must be >= 1, got {max_batch_size}")
         if prefix_cache_gb < 0:
             raise ValueError(
                 f"HFEngine: prefix_cache_gb must be >= 0 (0 turns the cache off), got {prefix_cache_gb}"
+            )
+        if min_shared_prefix < 0:
+            raise ValueError(
+                f"HFEngine: min_shared_prefix must be >= 0 (0 prefills every prompt whole), got {min_shared_prefix}"
             )
         device = resolve_device(device) if isinstance(device, str) else device
         torch_dtype = _parse_dtype(dtype, device)
@@ -134,6 +143,7 @@ class HFEngine:
         self.batch_wait_s = batch_wait_s
         self.stats = EngineStats()
         self.prefix_cache = PrefixCache(int(prefix_cache_gb * 2**30))
+        self.min_shared_prefix = min_shared_prefix
         self.limits = DecodeLimits(
             eos_ids=end_of_completion_ids(tokenizer, getattr(model, "generation_config", None)),
             pad_id=_pad_id(tokenizer),
@@ -299,6 +309,7 @@ class HFEngine:
             version=self._version,
             max_rows=self.max_batch_size,
             prefix_cache=self.prefix_cache,
+            min_shared_prefix=self.min_shared_prefix,
         )
         with self.prefix_cache.in_use():  # sessions ended meanwhile wait for a safe point
             try:

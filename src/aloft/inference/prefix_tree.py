@@ -1,0 +1,246 @@
+"""Prefill over shared beginnings: distinct prompts that begin alike run what they share once.
+
+Prompts admitted together often begin alike: every SkyRL-SQL prompt starts with the same system
+message (about 400 tokens) and every question on one database with that database's schema (about
+500 more), so 64 held-out questions on two databases are some 60,000 prompt tokens of which a few
+thousand differ. A plain prefill runs every one of them through the model.
+
+Here the admission plans a tree of the beginnings that two or more prompts share (``plan_prefill``:
+a shared beginning becomes a node when it adds at least ``min_shared`` tokens to the node it
+extends), prefills each node's own tokens once, over its parent's keys and values through
+shared-prefix attention (``aloft.inference.shared_prefix``), and gives every prompt its whole keys
+and values and its last logits, as a plain prefill would (``prefill_over_tree``).
+
+The result equals a plain prefill up to float rounding (the matmuls have other shapes, so their
+sums run in another order; tested within 1e-5 in float32), not bit for bit: a prompt's logprobs can
+differ in their last bits with the prompts it is admitted with. ``min_shared=0`` turns this off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+from aloft.inference.kv_cache import AppendableLayer
+from aloft.inference.shared_prefix import SegmentBatch
+
+MIN_SHARED_TOKENS = 64
+"""Tokens a shared beginning must add to its parent to be prefilled once (each node costs a forward)."""
+
+Forward = Callable[..., torch.Tensor]
+"""``forward(input_ids [N, T], attention_mask, position_ids, cache, **extra) -> last logits [N, V]``."""
+
+
+@dataclass(frozen=True)
+class PrefillNode:
+    tokens: tuple[int, ...]
+    """The node's whole beginning, from the prompt's first token."""
+    parent: int | None
+    """The node (earlier in the plan) whose tokens begin this one's; None: prefilled from nothing."""
+
+
+@dataclass(frozen=True)
+class PrefillPlan:
+    nodes: list[PrefillNode]
+    """Parents before their children; every prompt is a node (a leaf)."""
+    prompt_nodes: list[int]
+    """For each prompt, in the order given, its node."""
+
+    @property
+    def shares(self) -> bool:
+        """Whether any prompt is prefilled over a shared beginning."""
+        return any(node.parent is not None for node in self.nodes)
+
+    @property
+    def prefilled_tokens(self) -> int:
+        """Tokens run through the model: each node's own."""
+        return sum(len(node.tokens) - self._parent_length(node) for node in self.nodes)
+
+    def _parent_length(self, node: PrefillNode) -> int:
+        return 0 if node.parent is None else len(self.nodes[node.parent].tokens)
+
+    def depths(self) -> list[int]:
+        depths: list[int] = []
+        for node in self.nodes:
+            depths.append(0 if node.parent is None else depths[node.parent] + 1)
+        return depths
+
+
+def plan_prefill(prompts: list[tuple[int, ...]], min_shared: int = MIN_SHARED_TOKENS) -> PrefillPlan:
+    """The tree of shared beginnings of distinct ``prompts`` (see the module doc).
+
+    Sorted, prompts that share a beginning are neighbours, and the longest beginning a run of
+    neighbours all share is the least common length of adjacent pairs in the run. Each run is split
+    where that least length is reached, recursively; a run's shared beginning becomes a node when it
+    adds ``min_shared`` tokens or more to the run's parent node. Every prompt keeps at least one token
+    of its own (a prompt that begins another is a leaf with its last token over the shared node).
+    With nothing shared, the plan is the prompts in the order given, each a root.
+    """
+    if min_shared <= 0 or len(prompts) < 2:
+        return PrefillPlan([PrefillNode(p, None) for p in prompts], list(range(len(prompts))))
+    order = sorted(range(len(prompts)), key=prompts.__getitem__)
+    common = [_common_length(prompts[a], prompts[b]) for a, b in zip(order, order[1:])]
+    nodes: list[PrefillNode] = []
+    prompt_nodes = [0] * len(prompts)
+
+    def add(tokens: tuple[int, ...], parent: int | None) -> int:
+        nodes.append(PrefillNode(tokens, parent))
+        return len(nodes) - 1
+
+    def build(lo: int, hi: int, parent: int | None, base: int) -> None:
+        """Plan the sorted prompts ``order[lo:hi]``, which all begin with node ``parent`` (``base`` tokens)."""
+        if hi - lo == 1:
+            prompt_nodes[order[lo]] = add(prompts[order[lo]], parent)
+            return
+        least = min(common[lo : hi - 1])
+        shared = min(least, min(len(prompts[order[j]]) for j in range(lo, hi)) - 1)
+        if shared - base >= min_shared:
+            parent, base = add(prompts[order[lo]][:shared], parent), shared
+        start = lo
+        for j in range(lo, hi - 1):
+            if common[j] == least:
+                build(start, j + 1, parent, base)
+                start = j + 1
+        build(start, hi, parent, base)
+
+    build(0, len(prompts), None, 0)
+    if all(node.parent is None for node in nodes):  # nothing shared: the prompts as given, in order
+        return PrefillPlan([PrefillNode(p, None) for p in prompts], list(range(len(prompts))))
+    return PrefillPlan(nodes, prompt_nodes)
+
+
+def _common_length(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
+def prefill_over_tree(
+    plan: PrefillPlan, forward: Forward, pad_id: int, dtype: torch.dtype
+) -> tuple[SegmentBatch, torch.Tensor]:
+    """Run ``plan``: the prompts as a ``SegmentBatch`` with no rows (per layer ``[U, H_kv, T, D]``,
+    right-aligned, in the plan's prompt order) and their next-token logits ``[U, V]``.
+
+    One forward per depth of the tree: the nodes with no parent from nothing, then each deeper level
+    over its parents as segments. ``forward`` passes ``segments`` on to the model's attention;
+    ``dtype``: the model's (the segments' key mask).
+    """
+    depths = plan.depths()
+    keys: dict[int, list[torch.Tensor]] = {}  # node -> per layer [H_kv, len(node.tokens), D]
+    values: dict[int, list[torch.Tensor]] = {}
+    logits: dict[int, torch.Tensor] = {}
+    for depth in range(max(depths) + 1):
+        level = [i for i, d in enumerate(depths) if d == depth]
+        parents = [plan.nodes[i].parent for i in level]
+        over, row_segment = None, None
+        if depth > 0:
+            distinct = sorted(set(parents))
+            over = _segments(
+                [plan.nodes[p].tokens for p in distinct],
+                [keys[p] for p in distinct],
+                [values[p] for p in distinct],
+            )
+            row_segment = [distinct.index(p) for p in parents]
+        starts = [0 if p is None else len(plan.nodes[p].tokens) for p in parents]
+        news = [plan.nodes[i].tokens[start:] for i, start in zip(level, starts)]
+        cache, level_logits = _prefill(news, starts, forward, pad_id, dtype, over, row_segment)
+        if not plan.shares and plan.prompt_nodes == level:  # one plain prefill: its cache as it is
+            return _as_segments([plan.nodes[i].tokens for i in level], cache, level_logits), level_logits
+        width = cache.layers[0].keys.shape[2]
+        for slot, (node, parent) in enumerate(zip(level, parents)):
+            own = slice(width - len(news[slot]), width)
+            keys[node] = _after(keys.get(parent), [layer.keys[slot, :, own] for layer in cache.layers])
+            values[node] = _after(values.get(parent), [layer.values[slot, :, own] for layer in cache.layers])
+            logits[node] = level_logits[slot]
+    leaves = plan.prompt_nodes
+    batch = _segments(
+        [plan.nodes[i].tokens for i in leaves], [keys[i] for i in leaves], [values[i] for i in leaves]
+    )
+    prompt_logits = torch.stack([logits[i] for i in leaves])  # [U, V]
+    batch.logits = list(prompt_logits.cpu())
+    return batch, prompt_logits
+
+
+def _after(parent: list[torch.Tensor] | None, own: list[torch.Tensor]) -> list[torch.Tensor]:
+    """A node's whole states per layer ``[H_kv, L, D]``: its parent's, then its own."""
+    return own if parent is None else [torch.cat([p, o], dim=1) for p, o in zip(parent, own)]
+
+
+def _prefill(
+    news: list[tuple[int, ...]],
+    starts: list[int],
+    forward: Forward,
+    pad_id: int,
+    dtype: torch.dtype,
+    over: SegmentBatch | None,
+    row_segment: list[int] | None,
+) -> tuple[DynamicCache, torch.Tensor]:
+    """One forward of the tokens ``news`` (row i's first at position ``starts[i]``), left-padded, each
+    over its segment of ``over`` (``row_segment[i]``) when given. Returns the rows' own cache (per
+    layer ``[N, H_kv, W, D]``, row i's tokens in its last ``len(news[i])`` columns) and their last
+    logits ``[N, V]``."""
+    rows, width = len(news), max(len(new) for new in news)
+    input_ids = torch.full((rows, width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((rows, width), dtype=torch.long)
+    position_ids = torch.zeros((rows, width), dtype=torch.long)
+    for i, (new, start) in enumerate(zip(news, starts)):
+        input_ids[i, width - len(new) :] = torch.tensor(new, dtype=torch.long)
+        attention_mask[i, width - len(new) :] = 1
+        # Padding takes the first real position (as the plain prefill's cumsum gives it).
+        position_ids[i] = torch.arange(start - width + len(new), start + len(new)).clamp_(min=start)
+    cache, extra = DynamicCache(), {}
+    if over is not None:  # the rows' own caches start empty; their beginnings are the segments
+        cache.layers = [
+            AppendableLayer(
+                k.new_zeros((rows, k.shape[1], 0, k.shape[3])),
+                v.new_zeros((rows, v.shape[1], 0, v.shape[3])),
+                rows,
+            )
+            for k, v in zip(over.keys, over.values)
+        ]
+        extra["segments"] = over.plan(dtype, torch.tensor(row_segment, dtype=torch.long))
+    return cache, forward(input_ids, attention_mask, position_ids, cache, **extra)
+
+
+def _as_segments(tokens: list[tuple[int, ...]], cache: DynamicCache, logits: torch.Tensor) -> SegmentBatch:
+    """A plain prefill's prompts (its cache, left-padded) as a ``SegmentBatch`` of no rows."""
+    return SegmentBatch(
+        keys=[layer.keys for layer in cache.layers],
+        values=[layer.values for layer in cache.layers],
+        lengths=torch.tensor([len(t) for t in tokens], dtype=torch.long),
+        tokens=list(tokens),
+        logits=list(logits.cpu()),
+        row_segment=torch.zeros((0,), dtype=torch.long),
+    )
+
+
+def _segments(
+    tokens: list[tuple[int, ...]], keys: list[list[torch.Tensor]], values: list[list[torch.Tensor]]
+) -> SegmentBatch:
+    """Nodes' whole states (``[node][layer] -> [H_kv, L, D]``) as a ``SegmentBatch`` of no rows."""
+    width = max(len(t) for t in tokens)
+
+    def stack(states: list[list[torch.Tensor]]) -> list[torch.Tensor]:
+        layers = len(states[0])
+        return [
+            torch.stack(
+                [
+                    torch.nn.functional.pad(node[layer], (0, 0, width - node[layer].shape[1], 0))
+                    for node in states
+                ]
+            )
+            for layer in range(layers)
+        ]
+
+    return SegmentBatch(
+        keys=stack(keys),
+        values=stack(values),
+        lengths=torch.tensor([len(t) for t in tokens], dtype=torch.long),
+        tokens=list(tokens),
+        logits=[],
+        row_segment=torch.zeros((0,), dtype=torch.long),
+    )

@@ -36,8 +36,9 @@ RUN_BY = {
 """Pages whose python blocks a test of their own runs as written."""
 OWN_TRANSCRIPT_TESTS = {"docs/guide/algorithms.md", "docs/tutorials/new_loss.md"}
 """Pages whose transcripts their own test runs (the command needs the page's module)."""
-PICTURES = {"docs/reference/design.md": 2, "README.md": 1}
-"""Pages with blocks that are not code (the data-flow diagram and package tree; the citation)."""
+PICTURES = {"docs/reference/design.md": 2, "README.md": 1, "docs/experiments/skyrl-sql.md": 2}
+"""Pages with blocks that are not code (the data-flow diagram and package tree; the citation; two
+episodes quoted from the SkyRL-SQL eval rollouts)."""
 
 
 def fenced_blocks() -> list[tuple[str, str, str]]:

@@ -248,3 +248,23 @@ def test_examples_are_picked_from_the_latest_rollouts(tmp_path):
         "fails": ("c5", 2),
     }
     assert list(picked) == list(pick_examples.__globals__["EXAMPLE_KINDS"])
+
+
+def test_eval_examples_show_a_failure_of_a_policy_that_never_probes(tmp_path):
+    """The final multi-turn policy answers at once: no probe, no recovery, yet its failures are shown."""
+    from aloft.experiments.sql_plan import ExperimentPlan
+    from aloft.experiments.sql_report import _eval_examples
+
+    def record(index, correct):
+        metrics = {"correct": correct, "probes": 0.0, "probe_failed": 0.0, "recovered": 0.0}
+        prompt = f"... {{question}}: question {index}?<|im_end|>"
+        return {"prompt": prompt, "completion": f"answer {index}", "reward": correct, "metrics": metrics}
+
+    where = tmp_path / "evals" / "multi_turn-seed0" / "heldout_t5"
+    where.mkdir(parents=True)
+    records = [record(0, 1.0), record(1, 0.0), record(2, 0.0)]
+    (where / "chunk_0000.rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    text = "\n".join(_eval_examples(ExperimentPlan(out=tmp_path, seeds=(0,))))
+    assert "3 episodes; 0 probed the database before answering; 0 saw an SQL error" in text
+    assert "#### multi_turn-seed0: fails (reward 0)" in text and "answer 1" in text
+    assert "verifies an intermediate result" not in text and "answer 0" not in text

@@ -215,7 +215,7 @@ def _behaviour_tables(plan: ExperimentPlan) -> list[str]:
 EXAMPLE_KINDS: dict[str, str] = {
     "fixes its query after an error": "a probe failed, a later query ran and the answer is right",
     "verifies an intermediate result": "a probe returned rows, then a right answer",
-    "fails": "a wrong or badly formatted answer after probing",
+    "fails": "a wrong or badly formatted answer (after probing, where an episode probed)",
 }
 
 
@@ -253,27 +253,33 @@ def eval_rollouts(plan: ExperimentPlan, model: str, set_name: str) -> list[dict[
 
 
 def _eval_examples(plan: ExperimentPlan) -> list[str]:
-    """Per trained policy, from its 5-turn start/end eval rollouts: how many episodes hit an SQL
-    error and how many of those still answered right, and one transcript of each example kind."""
+    """Per trained policy, from its 5-turn start/end eval rollouts: how many episodes probed, how
+    many hit an SQL error and how many of those still answered right, and one transcript of each
+    example kind (a failure whether or not it probed: a policy that never probes fails too)."""
     lines = []
     models = sorted(p.name for p in (plan.out / "evals").glob("*-seed*") if p.is_dir())
     for model in models:
         records = [r for name in ("heldout_t5", "indomain_t5") for r in eval_rollouts(plan, model, name)]
         if not records:
             continue
+        probed = [r for r in records if r["metrics"].get("probes", 0) >= 1]
         failed = [r for r in records if r["metrics"].get("probe_failed")]
         recovered = [r for r in failed if r["metrics"].get("recovered")]
         lines += [
             "",
             f"### {model}: greedy eval episodes at 5 turns (held-out and in-domain)",
             "",
-            f"{len(records)} episodes; {len(failed)} saw an SQL error observation, and {len(recovered)} of "
-            f"those fixed their query and answered right ({len(recovered) / len(records):.1%} of all episodes).",
+            f"{len(records)} episodes; {len(probed)} probed the database before answering; {len(failed)} "
+            f"saw an SQL error observation, and {len(recovered)} of those fixed their query and answered "
+            f"right ({len(recovered) / len(records):.1%} of all episodes).",
         ]
         found: dict[str, dict[str, Any]] = {}
         for record in records:
             if (name := example_kind(record)) and name not in found:
                 found[name] = record
+        wrong = next((r for r in records if not r["metrics"].get("correct")), None)
+        if "fails" not in found and wrong is not None:
+            found["fails"] = wrong
         for name in EXAMPLE_KINDS:
             if name in found:
                 lines += _transcript(f"{model}: {name} (reward {found[name]['reward']:.0f})", found[name])

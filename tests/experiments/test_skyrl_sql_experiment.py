@@ -117,6 +117,7 @@ def test_quick_experiment_end_to_end_and_resume(tmp_path, capsys):
         assert run_config["optim"]["lr"] == config["lr"]
         assert run_config["model"]["lora_rank"] == config["lora_rank"]
         assert run_config["model"]["path"] == str(out / "warm_start" / "model")
+        assert run_config["engine"]["min_shared_prefix"] == 0  # whole prefills, as the first runs
         assert run_config["trainer"]["prompts_per_step"] == 8 and run_config["generator"]["n_samples"] == 4
         steps = read_training_steps(run)
         assert [r["step"] for r in steps] == [1, 2]

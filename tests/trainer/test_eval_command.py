@@ -58,10 +58,12 @@ def test_a_runs_settings_are_the_defaults_and_flags_win():
     config = {
         "env": {"name": "arithmetic", "config": {"max_turns": 3}},
         "generator": {"max_new_tokens": 12, "max_turns": 3, "max_total_tokens": 99, "stop": ["</x>"]},
-        "engine": {"backend": "hf", "dtype": "float32"},
+        "engine": {"backend": "hf", "dtype": "float32", "min_shared_prefix": 0},
     }
     source = EvalSource("model", run_config=config)
     settings = EvalSettings().resolved(source)
+    assert settings.min_shared_prefix == 0  # a run that prefilled whole is evaluated so
+    assert EvalSettings(min_shared_prefix=128).resolved(source).min_shared_prefix == 128
     assert (settings.max_new_tokens, settings.max_turns, settings.max_total_tokens) == (12, 3, 99)
     assert settings.stop == ["</x>"] and settings.env_config == {"max_turns": 3}
     assert (settings.backend, settings.dtype) == ("hf", "float32")
@@ -71,6 +73,7 @@ def test_a_runs_settings_are_the_defaults_and_flags_win():
     assert (settings.backend, settings.urls) == ("remote", ["http://127.0.0.1:9"])
     bare = EvalSettings().resolved(EvalSource("model"))  # a plain model: built-in defaults
     assert (bare.max_new_tokens, bare.max_turns, bare.stop, bare.backend) == (64, 1, [], "hf")
+    assert bare.min_shared_prefix == 64
 
 
 @pytest.mark.parametrize(

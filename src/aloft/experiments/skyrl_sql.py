@@ -137,6 +137,10 @@ def run_overrides(
         f"data.train_files=[{data[variant]}]",
         f"data.eval_files=[{data['eval']}]",
         "data.eval_size=0",
+        # Whole prefills, as this experiment's first runs and evals ran them (before
+        # aloft.inference.prefix_tree): greedy evals compared question by question must do the same
+        # arithmetic, and in bf16 a shared prefill's rounding can turn a near-tie.
+        "engine.min_shared_prefix=0",
         f"trainer.seed={seed}",
         f"trainer.run_root={run_dir.parent}",
         f"trainer.name={run_dir.name}",
@@ -266,6 +270,7 @@ def eval_settings(plan: ExperimentPlan, data: dict[str, Path], turns: int) -> An
         env_config=dict(config.env.config),
         backend="hf",
         dtype=config.engine.dtype,
+        min_shared_prefix=config.engine.min_shared_prefix,
     )
 
 

@@ -312,7 +312,13 @@ def _sample_and_save(
     sampling = SamplingParams(max_tokens=gen.max_new_tokens, temperature=gen.temperature, stop=list(gen.stop))
     echo(f"[skyrl-sql] warm start: sampling first turns of {len(multi_turn_rows)} train questions")
     t0 = time.perf_counter()
-    engine = make_engine("hf", model_or_path=model_path, tokenizer=tokenizer, dtype=cfg.engine.dtype)
+    engine = make_engine(
+        "hf",
+        model_or_path=model_path,
+        tokenizer=tokenizer,
+        dtype=cfg.engine.dtype,
+        min_shared_prefix=cfg.engine.min_shared_prefix,
+    )
     demos, counts = sql_demonstrations(
         engine,
         tokenizer,

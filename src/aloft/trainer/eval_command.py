@@ -24,6 +24,7 @@ import yaml
 
 from aloft.data import DatasetRow, read_rows
 from aloft.inference import make_engine
+from aloft.inference.prefix_tree import MIN_SHARED_TOKENS
 from aloft.models import load_tokenizer, resolve_model_path
 from aloft.rollout import EpisodeLimits, Generator
 from aloft.trainer.evaluation import evaluate
@@ -148,6 +149,9 @@ class EvalSettings:
     backend: str | None = None
     urls: list[str] | None = None
     dtype: str | None = None
+    min_shared_prefix: int | None = None
+    """hf engine: ``engine.min_shared_prefix`` (``aloft.inference.prefix_tree``); 0 prefills every
+    prompt whole, as evals made before shared prefills did."""
 
     def resolved(self, source: EvalSource) -> EvalSettings:
         """These settings with every ``None`` filled from the run's config, then the defaults."""
@@ -166,6 +170,9 @@ class EvalSettings:
             backend=self.backend or source.default("engine.backend", "hf"),
             urls=self.urls if self.urls is not None else source.default("engine.urls", []),
             dtype=self.dtype or source.default("engine.dtype", "auto"),
+            min_shared_prefix=self.min_shared_prefix
+            if self.min_shared_prefix is not None
+            else source.default("engine.min_shared_prefix", MIN_SHARED_TOKENS),
         )
 
 
@@ -176,6 +183,8 @@ def run_eval(
     settings = settings.resolved(source)
     tokenizer = load_tokenizer(source.model_path)
     options: dict[str, Any] = {"dtype": settings.dtype}
+    if settings.backend == "hf":
+        options["min_shared_prefix"] = settings.min_shared_prefix
     if settings.backend == "remote":
         options = {"urls": settings.urls}
     engine = make_engine(settings.backend, model_or_path=source.model_path, tokenizer=tokenizer, **options)

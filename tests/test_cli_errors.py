@@ -5,12 +5,13 @@ error that is a bug keeps its traceback."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 
 import pytest
 
-from aloft.cli import main
+from aloft.cli import DEBUG_ENV, main
 
 COMMANDS = ["train", "eval", "data", "serve", "tinker-serve", "report", "experiment"]
 
@@ -133,6 +134,31 @@ def test_the_command_line_shows_the_traceback_only_with_debug(tmp_path, debug):
         assert done.returncode == 2 and len(done.stderr.splitlines()) == 1
         assert done.stderr.startswith("aloft: dataset builder 'arithmetic': unknown options ['nope']")
     assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_debug_reaches_the_commands_a_command_starts(tmp_path, monkeypatch):
+    """``--debug`` sets ALOFT_DEBUG=1 for child commands (an experiment's ``aloft train`` runs), and a
+    command started with ALOFT_DEBUG=1 shows its traceback without the flag."""
+    monkeypatch.setenv(DEBUG_ENV, "0")  # off, and restored (unset) after the test
+    with pytest.raises(ValueError, match="unknown options"):
+        main(
+            [
+                "data",
+                "build",
+                "arithmetic",
+                "--size",
+                "2",
+                "--out",
+                str(tmp_path / "x.jsonl"),
+                "data.builder_args.nope=1",
+                "--debug",
+            ]
+        )
+    assert os.environ[DEBUG_ENV] == "1"
+    command = [sys.executable, "-m", "aloft.cli", "data", "build", "arithmetic", "--size", "2"]
+    command += ["--out", str(tmp_path / "x.jsonl"), "data.builder_args.nope=1"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)  # inherits ALOFT_DEBUG=1
+    assert done.returncode == 1 and "Traceback (most recent call last)" in done.stderr
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -9,7 +9,8 @@ aloft serve MODEL --port 8000 --api-key KEY   # OpenAI-compatible server (needs 
 aloft tinker-serve MODEL --port 8001          # the Tinker API (needs aloft[tinker])
 
 A user's mistake (a missing file, package or model, a bad value) ends any command with one line and exit
-2 (``aloft.cli_errors``); ``--debug`` shows the traceback. Any other error is a bug: it keeps its traceback.
+2 (``aloft.cli_errors``); ``--debug`` (or ``ALOFT_DEBUG=1``, which it passes on to the commands it
+starts, e.g. an experiment's runs) shows the traceback. Any other error is a bug: it keeps its traceback.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from aloft.cli_eval import add_builder_options, add_eval_parser, builder_options
 from aloft.cli_settings import DeprecatedFlag, note_deprecated_flags, parse_settings, split_settings
 
 DEBUG_HELP = "show the traceback behind a one-line error"
+DEBUG_ENV = "ALOFT_DEBUG"
+"""Set to 1 by ``--debug`` (or by hand): the command and every ``aloft`` command it starts show tracebacks."""
 SETTINGS_COMMANDS = ("eval", "data", "experiment", "serve", "tinker-serve")
 """Subcommands that take ``section.key=value`` settings (``aloft train`` parses its own)."""
 DATA_BUILD_KEYS = ["data.builder_args", "data.builder_args.*"]
@@ -37,7 +40,9 @@ SERVE_KEYS = ["engine.backend", "engine.dtype"]
 def main(argv: list[str] | None = None) -> int:
     """Run one ``aloft`` command; an expected error becomes one line on stderr and its exit code."""
     argv = sys.argv[1:] if argv is None else argv
-    debug = "--debug" in argv
+    debug = "--debug" in argv or os.environ.get(DEBUG_ENV) == "1"
+    if debug:  # commands this one starts (an experiment's runs) show their tracebacks too
+        os.environ[DEBUG_ENV] = "1"
     command = argv[0] if argv else ""
     try:
         return _dispatch(argv)

@@ -105,3 +105,49 @@ def test_the_threshold_is_an_engine_setting_and_a_negative_one_is_refused(model_
     assert EngineConfig(min_shared_prefix=0).backend_options()["min_shared_prefix"] == 0
     with pytest.raises(ValueError, match="min_shared_prefix must be >= 0"):
         HFEngine(model_dir, min_shared_prefix=-1)
+
+
+def test_a_beginning_shared_with_a_known_segment_is_taken_from_it():
+    """One prompt admitted alone beside a prompt still decoding (or cached): nothing to prefill of
+    what they share."""
+    decoding, joining = sql_like_prompts()[0], sql_like_prompts()[2]  # same system message and schema
+    plan = plan_prefill([joining], min_shared=64, known=[decoding])
+    shared = next(i for i, (a, b) in enumerate(zip(decoding, joining)) if a != b)
+    assert shared >= len(SYSTEM) + len(SCHEMAS[0])  # (and any first question tokens they share)
+    (leaf,) = plan.prompt_nodes
+    root = plan.nodes[plan.nodes[leaf].parent]
+    assert root.known == 0 and root.parent is None and len(root.tokens) == shared
+    assert plan.prefilled_tokens == len(joining) - shared
+    assert not plan_prefill([tokens(90, seed=9)], min_shared=64, known=[decoding]).shares
+
+
+def test_rows_joining_later_and_the_next_call_take_shared_beginnings_from_the_batch_and_the_cache(model_dir):
+    """Six questions through two slots (four join while others decode), then a seventh in a later
+    call (its beginning from the prefix cache): the tokens and logprobs of whole prefills."""
+    prompts = sql_like_prompts()
+    requests = [
+        GenerationRequest(
+            prompt_ids=list(p), sampling=SamplingParams(max_tokens=6 + 2 * i, temperature=1.0, seed=i)
+        )
+        for i, p in enumerate(prompts)
+    ]
+    later = GenerationRequest(
+        prompt_ids=list(SYSTEM + SCHEMAS[1] + (7,) + tokens(8, seed=99)),  # 7: in no other question
+        sampling=SamplingParams(max_tokens=5, temperature=1.0, seed=3),
+    )
+    taking = HFEngine(model_dir, max_batch_size=2, min_shared_prefix=64)
+    whole = HFEngine(model_dir, max_batch_size=2, min_shared_prefix=0)
+    try:
+        ours, theirs = generate(taking, requests), generate(whole, requests)
+        assert whole.stats.prefilled_tokens == sum(len(p) for p in prompts)
+        assert taking.stats.prefilled_tokens < whole.stats.prefilled_tokens / 3
+        before = taking.stats.prefilled_tokens
+        ours.append(generate(taking, [later])[0])
+        theirs.append(generate(whole, [later])[0])
+        assert taking.stats.prefilled_tokens - before == 9  # the question alone
+    finally:
+        taking.close()
+        whole.close()
+    for a, b in zip(ours, theirs):
+        assert a.token_ids == b.token_ids
+        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0)

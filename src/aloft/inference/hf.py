@@ -98,9 +98,9 @@ class HFEngine:
         prefix_cache_gb: memory for the KV of finished rows and prompts, so that the next turn of a
             trajectory (a request with a ``session_id`` whose prompt continues a finished one) prefills
             only its new tokens (``aloft.inference.prefix_cache``); 0 turns it off.
-        min_shared_prefix: prompts admitted together that share a beginning of this many tokens or
-            more prefill it once (``aloft.inference.prefix_tree``: logprobs equal a plain prefill's up
-            to float rounding); 0: every prompt prefilled whole.
+        min_shared_prefix: prompts that share a beginning of this many tokens or more (with each
+            other, or with a prompt decoding or cached) prefill it once (``aloft.inference.prefix_tree``:
+            logprobs equal a plain prefill's up to float rounding); 0: every prompt prefilled whole.
     """
 
     def __init__(

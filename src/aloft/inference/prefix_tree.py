@@ -9,7 +9,9 @@ Here the admission plans a tree of the beginnings that two or more prompts share
 a shared beginning becomes a node when it adds at least ``min_shared`` tokens to the node it
 extends), prefills each node's own tokens once, over its parent's keys and values through
 shared-prefix attention (``aloft.inference.shared_prefix``), and gives every prompt its whole keys
-and values and its last logits, as a plain prefill would (``prefill_over_tree``).
+and values and its last logits, as a plain prefill would (``prefill_over_tree``). A beginning shared
+with a segment whose states exist already (a prompt still decoding, as rows join a running batch,
+or one in the engine's prefix cache: ``known_segments``) is taken from it, not prefilled.
 
 The result equals a plain prefill up to float rounding (the matmuls have other shapes, so their
 sums run in another order; tested within 1e-5 in float32), not bit for bit: a prompt's logprobs can
@@ -25,6 +27,7 @@ import torch
 from transformers import DynamicCache
 
 from aloft.inference.kv_cache import AppendableLayer
+from aloft.inference.prefix_cache import PrefixCache
 from aloft.inference.shared_prefix import SegmentBatch
 
 MIN_SHARED_TOKENS = 64
@@ -40,6 +43,9 @@ class PrefillNode:
     """The node's whole beginning, from the prompt's first token."""
     parent: int | None
     """The node (earlier in the plan) whose tokens begin this one's; None: prefilled from nothing."""
+    known: int | None = None
+    """The known segment (``plan_prefill``'s ``known``) whose first states are this node's: nothing
+    to prefill (then ``parent`` is None)."""
 
 
 @dataclass(frozen=True)
@@ -56,8 +62,8 @@ class PrefillPlan:
 
     @property
     def prefilled_tokens(self) -> int:
-        """Tokens run through the model: each node's own."""
-        return sum(len(node.tokens) - self._parent_length(node) for node in self.nodes)
+        """Tokens run through the model: each node's own (none for a known segment's beginning)."""
+        return sum(len(node.tokens) - self._parent_length(node) for node in self.nodes if node.known is None)
 
     def _parent_length(self, node: PrefillNode) -> int:
         return 0 if node.parent is None else len(self.nodes[node.parent].tokens)
@@ -69,36 +75,52 @@ class PrefillPlan:
         return depths
 
 
-def plan_prefill(prompts: list[tuple[int, ...]], min_shared: int = MIN_SHARED_TOKENS) -> PrefillPlan:
+def plan_prefill(
+    prompts: list[tuple[int, ...]],
+    min_shared: int = MIN_SHARED_TOKENS,
+    known: list[tuple[int, ...]] | None = None,
+) -> PrefillPlan:
     """The tree of shared beginnings of distinct ``prompts`` (see the module doc).
+
+    ``known``: the tokens of segments whose states exist already (prompts decoding, or cached): a
+    beginning a prompt shares with one of them is taken from it instead of prefilled.
 
     Sorted, prompts that share a beginning are neighbours, and the longest beginning a run of
     neighbours all share is the least common length of adjacent pairs in the run. Each run is split
     where that least length is reached, recursively; a run's shared beginning becomes a node when it
-    adds ``min_shared`` tokens or more to the run's parent node. Every prompt keeps at least one token
-    of its own (a prompt that begins another is a leaf with its last token over the shared node).
-    With nothing shared, the plan is the prompts in the order given, each a root.
+    adds ``min_shared`` tokens or more to the run's parent node (and, with no known segment in the
+    run, two prompts or more share it). Every prompt keeps at least one token of its own (a prompt
+    that begins another is a leaf with its last token over the shared node). With nothing shared,
+    the plan is the prompts in the order given, each a root.
     """
-    if min_shared <= 0 or len(prompts) < 2:
+    known = known or []
+    if min_shared <= 0 or len(prompts) + len(known) < 2:
         return PrefillPlan([PrefillNode(p, None) for p in prompts], list(range(len(prompts))))
-    order = sorted(range(len(prompts)), key=prompts.__getitem__)
-    common = [_common_length(prompts[a], prompts[b]) for a, b in zip(order, order[1:])]
+    entries = list(prompts) + list(known)  # prompts first: entry e < len(prompts) is a prompt
+    order = sorted(range(len(entries)), key=entries.__getitem__)
+    common = [_common_length(entries[a], entries[b]) for a, b in zip(order, order[1:])]
     nodes: list[PrefillNode] = []
     prompt_nodes = [0] * len(prompts)
 
-    def add(tokens: tuple[int, ...], parent: int | None) -> int:
-        nodes.append(PrefillNode(tokens, parent))
+    def add(tokens: tuple[int, ...], parent: int | None, source: int | None = None) -> int:
+        nodes.append(PrefillNode(tokens, parent, source))
         return len(nodes) - 1
 
     def build(lo: int, hi: int, parent: int | None, base: int) -> None:
-        """Plan the sorted prompts ``order[lo:hi]``, which all begin with node ``parent`` (``base`` tokens)."""
+        """Plan the sorted entries ``order[lo:hi]``, which all begin with node ``parent`` (``base`` tokens)."""
+        asked = [e for e in order[lo:hi] if e < len(prompts)]
+        if not asked:
+            return
         if hi - lo == 1:
-            prompt_nodes[order[lo]] = add(prompts[order[lo]], parent)
+            prompt_nodes[asked[0]] = add(prompts[asked[0]], parent)
             return
         least = min(common[lo : hi - 1])
-        shared = min(least, min(len(prompts[order[j]]) for j in range(lo, hi)) - 1)
-        if shared - base >= min_shared:
-            parent, base = add(prompts[order[lo]][:shared], parent), shared
+        shared = min(least, min(len(prompts[e]) for e in asked) - 1)
+        sources = [e - len(prompts) for e in order[lo:hi] if e >= len(prompts)]
+        if shared - base >= min_shared and (sources or len(asked) > 1):
+            beginning = prompts[asked[0]][:shared]
+            parent = add(beginning, None, sources[0]) if sources else add(beginning, parent)
+            base = shared
         start = lo
         for j in range(lo, hi - 1):
             if common[j] == least:
@@ -106,7 +128,7 @@ def plan_prefill(prompts: list[tuple[int, ...]], min_shared: int = MIN_SHARED_TO
                 start = j + 1
         build(start, hi, parent, base)
 
-    build(0, len(prompts), None, 0)
+    build(0, len(entries), None, 0)
     if all(node.parent is None for node in nodes):  # nothing shared: the prompts as given, in order
         return PrefillPlan([PrefillNode(p, None) for p in prompts], list(range(len(prompts))))
     return PrefillPlan(nodes, prompt_nodes)
@@ -120,14 +142,19 @@ def _common_length(a: tuple[int, ...], b: tuple[int, ...]) -> int:
 
 
 def prefill_over_tree(
-    plan: PrefillPlan, forward: Forward, pad_id: int, dtype: torch.dtype
+    plan: PrefillPlan,
+    forward: Forward,
+    pad_id: int,
+    dtype: torch.dtype,
+    known: list[tuple[list[torch.Tensor], list[torch.Tensor]]] | None = None,
 ) -> tuple[SegmentBatch, torch.Tensor]:
     """Run ``plan``: the prompts as a ``SegmentBatch`` with no rows (per layer ``[U, H_kv, T, D]``,
     right-aligned, in the plan's prompt order) and their next-token logits ``[U, V]``.
 
     One forward per depth of the tree: the nodes with no parent from nothing, then each deeper level
     over its parents as segments. ``forward`` passes ``segments`` on to the model's attention;
-    ``dtype``: the model's (the segments' key mask).
+    ``dtype``: the model's (the segments' key mask); ``known``: the states (keys, values per layer
+    ``[H_kv, L, D]``) of the plan's known segments, in the order ``plan_prefill`` was given them.
     """
     depths = plan.depths()
     keys: dict[int, list[torch.Tensor]] = {}  # node -> per layer [H_kv, len(node.tokens), D]
@@ -135,6 +162,13 @@ def prefill_over_tree(
     logits: dict[int, torch.Tensor] = {}
     for depth in range(max(depths) + 1):
         level = [i for i, d in enumerate(depths) if d == depth]
+        for node in [i for i in level if plan.nodes[i].known is not None]:  # taken, not prefilled
+            length, (known_keys, known_values) = len(plan.nodes[node].tokens), known[plan.nodes[node].known]
+            keys[node] = [k[:, :length] for k in known_keys]
+            values[node] = [v[:, :length] for v in known_values]
+        level = [i for i in level if plan.nodes[i].known is None]
+        if not level:
+            continue
         parents = [plan.nodes[i].parent for i in level]
         over, row_segment = None, None
         if depth > 0:
@@ -244,3 +278,20 @@ def _segments(
         logits=[],
         row_segment=torch.zeros((0,), dtype=torch.long),
     )
+
+
+def known_segments(
+    segments: SegmentBatch | None, cache: PrefixCache | None
+) -> tuple[list[tuple[int, ...]], list[tuple[list[torch.Tensor], list[torch.Tensor]]]]:
+    """The segments whose states exist: the batch's (prompts decoding) and the prefix cache's, as
+    ``plan_prefill``'s ``known`` tokens and ``prefill_over_tree``'s ``known`` states."""
+    tokens, states = [], []
+    for g, segment in enumerate(segments.tokens if segments is not None else []):
+        tokens.append(segment)
+        states.append(segments.layer_states(g))
+    live = set(tokens)
+    for segment, cached in list(cache.segments.items()) if cache is not None else []:
+        if segment not in live:
+            tokens.append(segment)
+            states.append((cached.keys, cached.values))
+    return tokens, states

@@ -137,28 +137,27 @@ def test_the_command_line_shows_the_traceback_only_with_debug(tmp_path, debug):
 
 
 def test_debug_reaches_the_commands_a_command_starts(tmp_path, monkeypatch):
-    """``--debug`` sets ALOFT_DEBUG=1 for child commands (an experiment's ``aloft train`` runs), and a
-    command started with ALOFT_DEBUG=1 shows its traceback without the flag."""
-    monkeypatch.setenv(DEBUG_ENV, "0")  # off, and restored (unset) after the test
-    with pytest.raises(ValueError, match="unknown options"):
-        main(
-            [
-                "data",
-                "build",
-                "arithmetic",
-                "--size",
-                "2",
-                "--out",
-                str(tmp_path / "x.jsonl"),
-                "data.builder_args.nope=1",
-                "--debug",
-            ]
-        )
-    assert os.environ[DEBUG_ENV] == "1"
-    command = [sys.executable, "-m", "aloft.cli", "data", "build", "arithmetic", "--size", "2"]
-    command += ["--out", str(tmp_path / "x.jsonl"), "data.builder_args.nope=1"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120)  # inherits ALOFT_DEBUG=1
-    assert done.returncode == 1 and "Traceback (most recent call last)" in done.stderr
+    """While a command runs with ``--debug``, ALOFT_DEBUG=1 is set for the commands it starts (an
+    experiment's ``aloft train`` runs), which then show their tracebacks; after it, the caller's
+    environment is as it was."""
+    import aloft.cli
+
+    monkeypatch.setenv(DEBUG_ENV, "0")  # off; restored (unset) after the test
+    child = [sys.executable, "-m", "aloft.cli", "data", "build", "arithmetic", "--size", "2"]
+    child += ["--out", str(tmp_path / "x.jsonl"), "data.builder_args.nope=1"]
+    started = []
+
+    def start_a_failing_child(argv):
+        started.append(subprocess.run(child, capture_output=True, text=True, timeout=120))
+        raise FileNotFoundError("no such file: x.yaml")  # a user's mistake: one line without --debug
+
+    monkeypatch.setattr(aloft.cli, "_dispatch", start_a_failing_child)
+    with pytest.raises(FileNotFoundError):
+        main(["experiment", "skyrl-sql", "--debug"])
+    assert started[0].returncode == 1 and "Traceback (most recent call last)" in started[0].stderr
+    assert os.environ[DEBUG_ENV] == "0"
+    assert main(["experiment", "skyrl-sql"]) == 2  # without --debug: the one line, the child's too
+    assert started[1].returncode == 2 and len(started[1].stderr.splitlines()) == 1
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -41,9 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     """Run one ``aloft`` command; an expected error becomes one line on stderr and its exit code."""
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv or os.environ.get(DEBUG_ENV) == "1"
-    if debug:  # commands this one starts (an experiment's runs) show their tracebacks too
-        os.environ[DEBUG_ENV] = "1"
     command = argv[0] if argv else ""
+    outer = os.environ.get(DEBUG_ENV)
+    if debug:  # while it runs, the commands it starts (an experiment's runs) show tracebacks too
+        os.environ[DEBUG_ENV] = "1"
     try:
         return _dispatch(argv)
     except Exception as error:
@@ -51,6 +52,11 @@ def main(argv: list[str] | None = None) -> int:
             raise  # a bug (or --debug): the traceback is the report
         print(f"aloft: {failure[0]}", file=sys.stderr)
         return failure[1]
+    finally:  # called in-process (tests, notebooks), the caller's environment stays as it was
+        if outer is None:
+            os.environ.pop(DEBUG_ENV, None)
+        else:
+            os.environ[DEBUG_ENV] = outer
 
 
 def _dispatch(argv: list[str]) -> int:

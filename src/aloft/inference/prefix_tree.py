@@ -15,7 +15,8 @@ or one in the engine's prefix cache: ``known_segments``) is taken from it, not p
 
 The result equals a plain prefill up to float rounding (the matmuls have other shapes, so their
 sums run in another order; tested within 1e-5 in float32), not bit for bit: a prompt's logprobs can
-differ in their last bits with the prompts it is admitted with. ``min_shared=0`` turns this off.
+differ in their last bits with what is admitted, decoding or cached beside it. ``min_shared=0``
+turns this off.
 """
 
 from __future__ import annotations

@@ -180,7 +180,10 @@ def test_quick_experiment_end_to_end_and_resume(tmp_path, capsys):
     committed = [f"artifacts/skyrl-sql/{p.relative_to(tmp_path / 'state')}" for p in saved]
     ignored = subprocess.run(
         ["git", "check-ignore", "--no-index", "--stdin"],
-        input="\n".join(committed), capture_output=True, text=True, cwd=REPO,
+        input="\n".join(committed),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
     ).stdout.split()
     assert ignored == [], f"git ignores {len(ignored)} state files, e.g. {ignored[:1]}"
     assert (tmp_path / "state" / "warm_start" / "model" / "adapter" / "adapter_model.safetensors").exists()

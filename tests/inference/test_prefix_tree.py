@@ -12,7 +12,8 @@ from transformers import AutoModelForCausalLM
 
 from aloft.config.schema import EngineConfig
 from aloft.inference.hf import HFEngine
-from aloft.inference.prefix_tree import plan_prefill
+from aloft.inference.prefix_cache import CachedSegment, PrefixCache
+from aloft.inference.prefix_tree import plan_admission, plan_prefill
 from aloft.models import build_tiny_model
 from aloft.types import GenerationRequest, SamplingParams
 
@@ -141,13 +142,33 @@ def test_rows_joining_later_and_the_next_call_take_shared_beginnings_from_the_ba
         ours, theirs = generate(taking, requests), generate(whole, requests)
         assert whole.stats.prefilled_tokens == sum(len(p) for p in prompts)
         assert taking.stats.prefilled_tokens < whole.stats.prefilled_tokens / 3
-        before = taking.stats.prefilled_tokens
+        before, hits, reused = (
+            taking.stats.prefilled_tokens,
+            taking.prefix_cache.hits,
+            taking.prefix_cache.reused_tokens,
+        )
         ours.append(generate(taking, [later])[0])
         theirs.append(generate(whole, [later])[0])
         assert taking.stats.prefilled_tokens - before == 9  # the question alone
+        assert taking.prefix_cache.hits == hits + 1
+        assert taking.prefix_cache.reused_tokens - reused == len(SYSTEM) + len(SCHEMAS[1])
     finally:
         taking.close()
         whole.close()
     for a, b in zip(ours, theirs):
         assert a.token_ids == b.token_ids
         torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0)
+
+
+def test_a_cached_segment_a_prompt_takes_from_is_used_last_and_counted():
+    """Least recently used goes first: the segment an admission took its beginning from must not."""
+    older, newer = sql_like_prompts()[0], sql_like_prompts()[1]  # schema 0, schema 1
+    cache = PrefixCache(max_bytes=1 << 30)
+    for prompt in (older, newer):
+        states = [torch.zeros(1, len(prompt), 2)]
+        cache.add_segment(prompt, CachedSegment(keys=states, values=states, logits=torch.zeros(3)))
+    joining = SYSTEM + SCHEMAS[0] + (7, 8, 9)
+    plan, states = plan_admission([joining], 64, None, cache)
+    assert plan.prefilled_tokens == 3 and len(states) == 2
+    assert list(cache.segments) == [newer, older]  # the one taken from moved to the end
+    assert (cache.hits, cache.reused_tokens) == (1, len(SYSTEM) + len(SCHEMAS[0]))

@@ -74,6 +74,8 @@ def test_a_runs_settings_are_the_defaults_and_flags_win():
     bare = EvalSettings().resolved(EvalSource("model"))  # a plain model: built-in defaults
     assert (bare.max_new_tokens, bare.max_turns, bare.stop, bare.backend) == (64, 1, [], "hf")
     assert bare.min_shared_prefix == 64
+    older = EvalSource("model", run_config={"engine": {"backend": "hf"}})  # saved before the setting
+    assert EvalSettings().resolved(older).min_shared_prefix == 0
 
 
 @pytest.mark.parametrize(

@@ -76,3 +76,40 @@ def test_a_resaved_checkpoint_replaces_the_step_and_keeps_the_newest(tmp_path):
         manager.save(step, write_text(text))
     assert manager.steps() == [4, 6]
     assert (tmp_path / "step_4" / "weights.txt").read_text() == "c"
+
+
+class RefusingLibc:
+    """A libc whose renameat2 fails with ``errno`` (as a sandbox or a file system would answer)."""
+
+    def __init__(self, errno: int) -> None:
+        self.errno = errno
+
+    def renameat2(self, *args) -> int:
+        import ctypes
+
+        ctypes.set_errno(self.errno)
+        return -1
+
+
+@pytest.mark.parametrize("refusal", ["EINVAL", "ENOSYS", "EPERM", "EXDEV"])
+def test_a_swap_the_system_refuses_falls_back_to_two_steps(tmp_path, monkeypatch, refusal):
+    import errno
+
+    monkeypatch.setattr(checkpoint, "_libc", lambda: RefusingLibc(getattr(errno, refusal)))
+    final = tmp_path / "export"
+    write_directory_atomically(final, write_text("old"))
+    write_directory_atomically(final, write_text("new"))
+    assert (final / "weights.txt").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
+
+
+def test_any_other_swap_error_is_raised_and_keeps_the_old_directory(tmp_path, monkeypatch):
+    import errno
+
+    final = tmp_path / "export"
+    write_directory_atomically(final, write_text("old"))
+    monkeypatch.setattr(checkpoint, "_libc", lambda: RefusingLibc(errno.EIO))
+    with pytest.raises(OSError, match="cannot swap"):
+        write_directory_atomically(final, write_text("new"))
+    assert (final / "weights.txt").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]  # no partial copy left

@@ -114,10 +114,11 @@ class EngineConfig(Section):
     """hf engine: memory for the KV of finished turns and prompts, so a trajectory's next turn
     prefills only its new tokens (least recently used out first; 0 turns it off)."""
     min_shared_prefix: NonNegativeInt = 64
-    """hf engine: prompts that share a beginning of this many tokens or more (a system message, a
-    database schema) with each other or with a prompt decoding or cached prefill it once; their
-    logprobs then equal a plain prefill's up to float rounding, not bit for bit. 0: every prompt
-    prefilled whole."""
+    """hf engine, models with shared-prefix attention (plain causal attention): prompts that share a
+    beginning of this many tokens or more (a system message, a database schema) with each other or
+    with a prompt decoding or cached prefill it once (each keeps at least one token of its own);
+    their logprobs then equal a plain prefill's up to float rounding, not bit for bit. 0: every
+    prompt prefilled whole."""
     urls: list[str] = []
     """Server URLs for backend=remote (any OpenAI-compatible server: aloft serve, vllm serve, ...)."""
     api_key: str | None = None

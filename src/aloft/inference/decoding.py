@@ -23,7 +23,7 @@ from transformers.cache_utils import DynamicLayer
 from aloft.inference.decode_step import DecodeStep, decode_step_supported
 from aloft.inference.kv_cache import AppendableLayer
 from aloft.inference.prefix_cache import CachedHistory, CachedSegment, PrefixCache, longest_prefix
-from aloft.inference.prefix_tree import MIN_SHARED_TOKENS, known_segments, plan_prefill, prefill_over_tree
+from aloft.inference.prefix_tree import MIN_SHARED_TOKENS, plan_admission, prefill_over_tree
 from aloft.inference.sampling import sample_next_tokens
 from aloft.inference.shared_prefix import SHARED_PREFIX_ATTENTION, SegmentBatch
 from aloft.inference.stopping import DecodeLimits, stop_window
@@ -197,8 +197,9 @@ class BatchDecoder:
         row_source = torch.tensor(source, dtype=torch.long)
         if self.shares_prefixes:
             # The prompts become segments (prefilled over what they share); each row's own cache starts empty.
-            known, states = known_segments(self.segments, self.prefix_cache)  # beginnings to take
-            plan = plan_prefill(list(distinct), self.min_shared_prefix, known)
+            plan, states = plan_admission(
+                list(distinct), self.min_shared_prefix, self.segments, self.prefix_cache
+            )
             prompts, logits = prefill_over_tree(
                 plan, self._forward_logits, self.limits.pad_id, self.model.dtype, states
             )

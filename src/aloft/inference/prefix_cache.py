@@ -150,6 +150,11 @@ class PrefixCache:
                 return None
             return self._drop(self.histories, best)
 
+    def segment_items(self) -> list[tuple[tuple[int, ...], CachedSegment]]:
+        """The cached segments, copied under the lock (any thread may clear or release meanwhile)."""
+        with self._lock:
+            return list(self.segments.items())
+
     def segment(self, tokens: tuple[int, ...]) -> CachedSegment | None:
         with self._lock:
             segment = self.segments.get(tokens)

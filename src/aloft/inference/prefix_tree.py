@@ -1,9 +1,10 @@
 """Prefill over shared beginnings: distinct prompts that begin alike run what they share once.
 
 Prompts admitted together often begin alike: every SkyRL-SQL prompt starts with the same system
-message (about 400 tokens) and every question on one database with that database's schema (about
-500 more), so 64 held-out questions on two databases are some 60,000 prompt tokens of which a few
-thousand differ. A plain prefill runs every one of them through the model.
+message (a few hundred tokens) and every question on one database with that database's schema (a
+few hundred more), so of the prompt tokens of 64 held-out questions on two databases about one in
+twenty differs (``benchmarks/shared_prefill.py``). A plain prefill runs every one of them through
+the model.
 
 Here the admission plans a tree of the beginnings that two or more prompts share (``plan_prefill``:
 a shared beginning becomes a node when it adds at least ``min_shared`` tokens to the node it
@@ -291,8 +292,36 @@ def known_segments(
         tokens.append(segment)
         states.append(segments.layer_states(g))
     live = set(tokens)
-    for segment, cached in list(cache.segments.items()) if cache is not None else []:
+    for segment, cached in cache.segment_items() if cache is not None else []:
         if segment not in live:
             tokens.append(segment)
             states.append((cached.keys, cached.values))
     return tokens, states
+
+
+def note_reuse(plan: PrefillPlan, known: list[tuple[int, ...]], cache: PrefixCache | None) -> None:
+    """Count each prompt whose beginning came from a known segment as a hit of ``cache`` (its tokens
+    as reused), and mark the cached segments it came from as just used (least recently used goes
+    first: a system message every admission takes from must stay)."""
+    if cache is None:
+        return
+    for leaf in plan.prompt_nodes:
+        root = plan.nodes[leaf]
+        while root.parent is not None:
+            root = plan.nodes[root.parent]
+        if root.known is not None:
+            cache.segment(known[root.known])  # refreshes a cached one; a live one is not in the cache
+            cache.hits += 1
+            cache.reused_tokens += len(root.tokens)
+
+
+def plan_admission(
+    prompts: list[tuple[int, ...]], min_shared: int, segments: SegmentBatch | None, cache: PrefixCache | None
+) -> tuple[PrefillPlan, list[tuple[list[torch.Tensor], list[torch.Tensor]]]]:
+    """The plan of an admission's distinct ``prompts`` over the segments that exist (the batch's and
+    the cache's, ``known_segments``), with its reuse counted (``note_reuse``), and those segments'
+    states for ``prefill_over_tree``."""
+    known, states = known_segments(segments, cache)
+    plan = plan_prefill(prompts, min_shared, known)
+    note_reuse(plan, known, cache)
+    return plan, states

@@ -172,7 +172,8 @@ class EvalSettings:
             dtype=self.dtype or source.default("engine.dtype", "auto"),
             min_shared_prefix=self.min_shared_prefix
             if self.min_shared_prefix is not None
-            else source.default("engine.min_shared_prefix", MIN_SHARED_TOKENS),
+            # A run whose config predates the setting prefilled every prompt whole.
+            else source.default("engine.min_shared_prefix", 0 if source.run_config else MIN_SHARED_TOKENS),
         )
 
 

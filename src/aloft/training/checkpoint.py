@@ -81,8 +81,8 @@ def _alive(pid: int) -> bool:
 def write_directory_atomically(final: Path, write: Callable[[Path], None]) -> Path:
     """Call ``write(tmp_dir)`` on a sibling ``<final>.tmp-<pid>`` and put it at ``final`` once every
     file is flushed, replacing an existing ``final``: a reader sees the old directory or the whole
-    new one, never a part and (on Linux) never neither. A ``write`` that raises leaves nothing
-    behind; a kill mid-write leaves the ``.tmp-`` sibling for the next start to remove."""
+    new one, never a part and (on Linux) never neither. A ``write`` (or a replace) that raises
+    leaves nothing behind; a kill mid-write leaves the ``.tmp-`` sibling for the next start to remove."""
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
     if tmp.exists():
@@ -91,19 +91,22 @@ def write_directory_atomically(final: Path, write: Callable[[Path], None]) -> Pa
     try:
         write(tmp)
         _fsync_tree(tmp)
+        if final.exists():  # re-saving (e.g. a step after a resume): replace it
+            _replace_directory(tmp, final)
+        else:
+            os.rename(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if final.exists():  # re-saving (e.g. a step after a resume): replace it
-        _replace_directory(tmp, final)
-    else:
-        os.rename(tmp, final)
     _fsync_dir(final.parent)
     return final
 
 
 _RENAME_EXCHANGE = 2
 """``renameat2``'s flag that swaps two paths in one step (Linux 3.15+, glibc 2.28+)."""
+_NO_EXCHANGE = frozenset({_errno.EINVAL, _errno.ENOSYS, _errno.ENOTSUP, _errno.EPERM, _errno.EXDEV})
+"""What ``renameat2`` answers where it cannot swap: a file system without the flag (EINVAL), an old
+kernel (ENOSYS), a sandbox that refuses the call (EPERM), an overlay directory it does not own (EXDEV)."""
 
 
 def _replace_directory(new: Path, final: Path) -> None:
@@ -114,6 +117,7 @@ def _replace_directory(new: Path, final: Path) -> None:
         shutil.rmtree(final)
         os.rename(new, final)
         return
+    _fsync_dir(final.parent)  # the swap on disk before the old copy goes
     shutil.rmtree(new, ignore_errors=True)  # the old copy; a kill here leaves a stale .tmp-
 
 
@@ -127,7 +131,7 @@ def _exchange(a: Path, b: Path) -> bool:
     if done == 0:
         return True
     errno = ctypes.get_errno()
-    if errno in (_errno.EINVAL, _errno.ENOSYS, _errno.ENOTSUP):
+    if errno in _NO_EXCHANGE:
         return False  # no RENAME_EXCHANGE here: the caller replaces in two steps
     raise OSError(errno, f"cannot swap {a} with {b}: {os.strerror(errno)}")
 

@@ -101,6 +101,22 @@ def run(
     }
 
 
+def load_sql_model(name: str) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` in the CPU's fast dtype: a built-in name or directory, or ``tiny`` (a
+    2-layer model with byte-level tokens and room for the SQL prompts, built in a temp dir)."""
+    if name == "tiny":
+        path = build_tiny_model(
+            Path(tempfile.mkdtemp()) / "tiny",
+            hidden_size=64,
+            num_layers=2,
+            seed=0,
+            max_position_embeddings=16384,
+        )
+    else:
+        path = resolve_model_path(name)
+    return load_model(path, dtype=fast_dtype()), load_tokenizer(path)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -119,18 +135,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
 
-    if args.model == "tiny":  # byte-level tokens: room for the SQL prompts
-        path = build_tiny_model(
-            Path(tempfile.mkdtemp()) / "tiny",
-            hidden_size=64,
-            num_layers=2,
-            seed=0,
-            max_position_embeddings=16384,
-        )
-    else:
-        path = resolve_model_path(args.model)
-    tokenizer = load_tokenizer(path)
-    model = load_model(path, dtype=fast_dtype())
+    model, tokenizer = load_sql_model(args.model)
     raw = build_dataset("sql", n=args.trajectories, seed=args.seed, split="heldout", max_turns=args.turns)
     rows = [validate_row({**row, "env_class": ENV_ID}, i, "sql") for i, row in enumerate(raw)]
     gym_core.register(ENV_ID, ProbingText2Sql, override=True)

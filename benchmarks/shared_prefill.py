@@ -23,7 +23,6 @@ import asyncio
 import hashlib
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -31,13 +30,12 @@ from typing import Any
 from aloft.data import build_dataset, validate_row
 from aloft.inference.hf import HFEngine
 from aloft.inference.prefix_tree import MIN_SHARED_TOKENS
-from aloft.models import build_tiny_model, load_model, load_tokenizer, resolve_model_path
-from aloft.models.precision import fast_dtype
 from aloft.rollout.generator import ChatFormatter
 from aloft.types import GenerationRequest, SamplingParams
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import machine_info
+from multiturn import load_sql_model
 from result_tables import Table, command_line, write_results
 
 
@@ -77,18 +75,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
 
-    if args.model == "tiny":  # byte-level tokens: room for the SQL prompts
-        path = build_tiny_model(
-            Path(tempfile.mkdtemp()) / "tiny",
-            hidden_size=64,
-            num_layers=2,
-            seed=0,
-            max_position_embeddings=16384,
-        )
-    else:
-        path = resolve_model_path(args.model)
-    tokenizer = load_tokenizer(path)
-    model = load_model(path, dtype=fast_dtype())
+    model, tokenizer = load_sql_model(args.model)
     raw = build_dataset("sql", n=args.questions, seed=0, split="heldout", max_turns=1)
     rows = [validate_row(row, i, "sql") for i, row in enumerate(raw)]
     chat = ChatFormatter(tokenizer)  # the rollout generator's own prompt tokens

@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import difflib
 import importlib
-import os
 import typing
 from importlib import resources
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from aloft.atomic_files import write_text_atomically
 from aloft.config.schema import AloftConfig
 from aloft.registry import ENV_OVERLAYS
 
@@ -192,10 +192,7 @@ def validate_config(raw: dict[str, Any], *, whole_run: bool = True) -> AloftConf
 
 def save_config(config: AloftConfig, path: str | Path) -> None:
     """Write ``config`` as YAML atomically (ranks of a data-parallel run may read it meanwhile)."""
-    path = Path(path)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
-    os.replace(temporary, path)
+    write_text_atomically(path, yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
 
 
 def _one_line(exc: ValidationError) -> str:

@@ -16,12 +16,12 @@ session that stops mid-eval loses at most one chunk and the next run picks up wh
 from __future__ import annotations
 
 import json
-import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aloft.atomic_files import write_text_atomically
 from aloft.data import build_dataset, read_rows, write_rows
 
 __all__ = [
@@ -125,7 +125,7 @@ def evaluate_model(
         ]
         rollouts = where / f"chunk_{start:04d}.rollouts.jsonl"
         write_eval_rollouts(rollouts, groups, tokenizer)
-        _write_atomically(path, "".join(json.dumps(r) + "\n" for r in records))
+        write_text_atomically(path, "".join(json.dumps(r) + "\n" for r in records))
     return read_outcomes(where)
 
 
@@ -160,9 +160,3 @@ def read_outcomes(where: Path) -> list[dict[str, Any]]:
             continue
         records += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return records
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)

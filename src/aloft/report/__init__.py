@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from aloft.atomic_files import write_text_atomically
 from aloft.report.page import render_report
 from aloft.report.runs import ReportError, RunRecord, load_run
 
@@ -23,7 +24,5 @@ def build_report(run_dirs: list[str | Path], out: str | Path, *, samples_per_ste
     html = render_report([load_run(path) for path in run_dirs], samples_per_step=samples_per_step)
     target = Path(out)
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f".{target.name}.tmp")
-    partial.write_text(html, encoding="utf-8")
-    partial.replace(target)  # a browser reloading the page never reads half of it
+    write_text_atomically(target, html)  # a browser reloading the page never reads half of it
     return target

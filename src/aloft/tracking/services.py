@@ -10,13 +10,13 @@ first values of a step it has seen, MLflow keeps both points. aloft's resume is 
 from __future__ import annotations
 
 import json
-import os
 import re
 import secrets
 import time
 from pathlib import Path
 from typing import Any
 
+from aloft.atomic_files import write_text_atomically
 from aloft.config import flatten
 
 
@@ -34,9 +34,7 @@ class RunIds:
 
     def set(self, service: str, run_id: str) -> None:
         self.ids[service] = run_id
-        temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(self.ids, indent=1))
-        os.replace(temporary, self.path)
+        write_text_atomically(self.path, json.dumps(self.ids, indent=1))
 
 
 class WandbSink:

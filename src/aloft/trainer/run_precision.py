@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from aloft.atomic_files import write_text_atomically
 from aloft.config import AloftConfig
 from aloft.models import precision
 from aloft.models.device import resolve_device
@@ -41,7 +42,8 @@ def choices_here(cfg: AloftConfig) -> dict[str, Any]:
 
 def record_precision(cfg: AloftConfig, run_dir: Path) -> None:
     """Write what ``cfg``'s precision settings choose here into ``run_dir``."""
-    (run_dir / PRECISION_FILE).write_text(json.dumps(choices_here(cfg)) + "\n")
+    # atomic: the other ranks of a data-parallel run read it while they start
+    write_text_atomically(run_dir / PRECISION_FILE, json.dumps(choices_here(cfg)) + "\n")
 
 
 def recorded_precision(run_dir: Path) -> dict[str, Any] | None:

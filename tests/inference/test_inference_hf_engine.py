@@ -279,6 +279,26 @@ def test_pause_holds_new_batches_until_resume(tiny_model_dir, prompts):
         engine.close()
 
 
+def test_closing_a_paused_engine_fails_its_queued_request_and_ends_the_batcher(tiny_model_dir, prompts):
+    """A request queued behind a pause gets a one-line error on close, and the batcher's task ends
+    (it used to wait for the release for good, destroyed pending when its event loop went)."""
+    engine = HFEngine(tiny_model_dir)
+
+    async def scenario():
+        await engine.pause()
+        queued = asyncio.ensure_future(engine.generate([request(prompts[0], max_tokens=4, temperature=0)]))
+        await asyncio.sleep(0.1)
+        batcher_task = engine._batcher._state.task
+        assert batcher_task is not None and not batcher_task.done()  # waiting for the release
+        engine.close()
+        with pytest.raises(RuntimeError, match="closed while this request was queued"):
+            await asyncio.wait_for(queued, timeout=10)
+        await asyncio.wait_for(batcher_task, timeout=10)  # ends by itself, not cancelled
+        assert not batcher_task.cancelled()
+
+    asyncio.run(scenario())
+
+
 def test_pause_returns_after_the_batch_in_flight(tiny_model_dir, prompts):
     engine = HFEngine(tiny_model_dir)
 

@@ -148,7 +148,7 @@ class RequestBatcher:
             self.release(reason)
 
     def close(self) -> None:
-        """Fail queued requests (a batch in flight runs to its end)."""
+        """Fail queued requests (a batch in flight runs to its end); the batcher's task then ends."""
         if self._closed:
             return
         self._closed = True
@@ -158,6 +158,9 @@ class RequestBatcher:
             for pending in state.pending:
                 state.loop.call_soon_threadsafe(_fail, pending.future, error)
             state.pending.clear()
+            # Wake a batcher task waiting for a hold's release (pause, sleep): with its queue empty
+            # it returns, instead of waiting for good and being destroyed pending with its loop.
+            state.loop.call_soon_threadsafe(state.unheld.set)
 
     # ------------------------------------------------------------------------------------------------
 

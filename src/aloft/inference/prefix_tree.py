@@ -159,15 +159,16 @@ def prefill_over_tree(
     ``[H_kv, L, D]``) of the plan's known segments, in the order ``plan_prefill`` was given them.
     """
     depths = plan.depths()
-    keys: dict[int, list[torch.Tensor]] = {}  # node -> per layer [H_kv, len(node.tokens), D]
-    values: dict[int, list[torch.Tensor]] = {}
+    # node -> its own states: per layer [H_kv, own tokens, D] for keys and values (views into its
+    # level's cache, or into a known segment's states); a node's whole states are its ancestors'
+    # own parts then its own, assembled only into the stacked segments below (no per-node copy).
+    own: dict[int, tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
     logits: dict[int, torch.Tensor] = {}
     for depth in range(max(depths) + 1):
         level = [i for i, d in enumerate(depths) if d == depth]
         for node in [i for i in level if plan.nodes[i].known is not None]:  # taken, not prefilled
             length, (known_keys, known_values) = len(plan.nodes[node].tokens), known[plan.nodes[node].known]
-            keys[node] = [k[:, :length] for k in known_keys]
-            values[node] = [v[:, :length] for v in known_values]
+            own[node] = ([k[:, :length] for k in known_keys], [v[:, :length] for v in known_values])
         level = [i for i in level if plan.nodes[i].known is None]
         if not level:
             continue
@@ -175,11 +176,7 @@ def prefill_over_tree(
         over, row_segment = None, None
         if depth > 0:
             distinct = sorted(set(parents))
-            over = _segments(
-                [plan.nodes[p].tokens for p in distinct],
-                [keys[p] for p in distinct],
-                [values[p] for p in distinct],
-            )
+            over = _segments(plan, distinct, own)
             row_segment = [distinct.index(p) for p in parents]
         starts = [0 if p is None else len(plan.nodes[p].tokens) for p in parents]
         news = [plan.nodes[i].tokens[start:] for i, start in zip(level, starts)]
@@ -187,23 +184,17 @@ def prefill_over_tree(
         if not plan.shares and plan.prompt_nodes == level:  # one plain prefill: its cache as it is
             return _as_segments([plan.nodes[i].tokens for i in level], cache, level_logits), level_logits
         width = cache.layers[0].keys.shape[2]
-        for slot, (node, parent) in enumerate(zip(level, parents)):
-            own = slice(width - len(news[slot]), width)
-            keys[node] = _after(keys.get(parent), [layer.keys[slot, :, own] for layer in cache.layers])
-            values[node] = _after(values.get(parent), [layer.values[slot, :, own] for layer in cache.layers])
+        for slot, node in enumerate(level):
+            mine = slice(width - len(news[slot]), width)
+            own[node] = (
+                [layer.keys[slot, :, mine] for layer in cache.layers],
+                [layer.values[slot, :, mine] for layer in cache.layers],
+            )
             logits[node] = level_logits[slot]
-    leaves = plan.prompt_nodes
-    batch = _segments(
-        [plan.nodes[i].tokens for i in leaves], [keys[i] for i in leaves], [values[i] for i in leaves]
-    )
-    prompt_logits = torch.stack([logits[i] for i in leaves])  # [U, V]
+    batch = _segments(plan, plan.prompt_nodes, own)
+    prompt_logits = torch.stack([logits[i] for i in plan.prompt_nodes])  # [U, V]
     batch.logits = list(prompt_logits.cpu())
     return batch, prompt_logits
-
-
-def _after(parent: list[torch.Tensor] | None, own: list[torch.Tensor]) -> list[torch.Tensor]:
-    """A node's whole states per layer ``[H_kv, L, D]``: its parent's, then its own."""
-    return own if parent is None else [torch.cat([p, o], dim=1) for p, o in zip(parent, own)]
 
 
 def _prefill(
@@ -255,26 +246,30 @@ def _as_segments(tokens: list[tuple[int, ...]], cache: DynamicCache, logits: tor
 
 
 def _segments(
-    tokens: list[tuple[int, ...]], keys: list[list[torch.Tensor]], values: list[list[torch.Tensor]]
+    plan: PrefillPlan, nodes: list[int], own: dict[int, tuple[list[torch.Tensor], list[torch.Tensor]]]
 ) -> SegmentBatch:
-    """Nodes' whole states (``[node][layer] -> [H_kv, L, D]``) as a ``SegmentBatch`` of no rows."""
+    """The ``nodes``' whole states as a ``SegmentBatch`` of no rows: per layer ``[len(nodes), H_kv,
+    W, D]``, each right-aligned, written from its ancestors' own parts (``own``) in one pass."""
+    tokens = [plan.nodes[i].tokens for i in nodes]
     width = max(len(t) for t in tokens)
-
-    def stack(states: list[list[torch.Tensor]]) -> list[torch.Tensor]:
-        layers = len(states[0])
-        return [
-            torch.stack(
-                [
-                    torch.nn.functional.pad(node[layer], (0, 0, width - node[layer].shape[1], 0))
-                    for node in states
-                ]
-            )
-            for layer in range(layers)
-        ]
-
+    first_keys, first_values = own[nodes[0]]
+    keys = [k.new_zeros((len(nodes), k.shape[0], width, k.shape[2])) for k in first_keys]
+    values = [v.new_zeros((len(nodes), v.shape[0], width, v.shape[2])) for v in first_values]
+    for slot, node in enumerate(nodes):
+        left = width - len(tokens[slot])
+        part: int | None = node
+        while part is not None:  # the node's own tokens, then each ancestor's, to the root
+            parent = plan.nodes[part].parent
+            begin = left + (0 if parent is None else len(plan.nodes[parent].tokens))
+            end = left + len(plan.nodes[part].tokens)
+            for stacked, state in zip(keys, own[part][0]):
+                stacked[slot, :, begin:end] = state
+            for stacked, state in zip(values, own[part][1]):
+                stacked[slot, :, begin:end] = state
+            part = parent
     return SegmentBatch(
-        keys=stack(keys),
-        values=stack(values),
+        keys=keys,
+        values=values,
         lengths=torch.tensor([len(t) for t in tokens], dtype=torch.long),
         tokens=list(tokens),
         logits=[],

@@ -703,3 +703,18 @@ def test_shared_prefill_prefills_the_shared_beginnings_once_with_the_same_tokens
     assert figures["same_tokens"] and figures["largest_logprob_gap"] < 1e-4
     assert figures["machine"]["cpu"] and len(figures["databases"]) == 2
     assert "ratio (whole / shared once)" in capsys.readouterr().out
+
+
+def test_shared_update_lays_out_fewer_positions_with_the_same_logprobs(tmp_path, capsys):
+    bench = load_benchmark("shared_update")
+    out = tmp_path / "shared_update.json"
+    argv = ["--model", "tiny", "--questions", "3", "--samples", "2", "--min-tokens", "2", "--max-tokens", "8"]
+    figures = bench.main([*argv, "--precision", "fp32", "--repeats", "1", "--json", str(out)])
+    assert json.loads(out.read_text())["benchmark"] == "shared_update"
+    identical, shared = figures["layouts"]
+    assert (identical["min_shared_prefix"], shared["min_shared_prefix"]) == (0, 64)
+    # Three questions, each with a system message of hundreds of tokens: the later two lay it out no more.
+    assert shared["positions"] < identical["positions"] < figures["real_tokens"]
+    assert figures["largest_logprob_gap"] < 1e-4
+    assert len(shared["seconds_per_round"]) == len(shared["speedup_per_round"]) == 1
+    assert "shared beginnings" in capsys.readouterr().out

@@ -78,6 +78,78 @@ def test_pack_rows_shares_a_groups_prompt():
     assert unshared.input_ids.shape[1] == 16 and unshared.prefixes.tolist() == [[0, 0]] * 5
 
 
+def test_pack_rows_shares_beginnings_of_different_prompts_nested():
+    """A prompt that begins like an earlier one (>= min_shared_prefix tokens) is laid out from where
+    they differ; a later prompt can share that one's whole beginning (its logical positions)."""
+    a, b, c, d = [1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 9], [1, 2, 3, 4, 9, 8], [1, 2, 7]
+    rows = [trajectory(a, [21, 22]), trajectory(b, [23]), trajectory(b, [24, 25]), trajectory(c, [26])]
+    rows.append(trajectory(d, [27]))  # shares 2 tokens with a: fewer than 3, laid out whole
+    packed = pack_rows(collate(rows, 0, {"g": 0}), share_prompts=True, min_shared_prefix=3)
+    assert packed.input_ids.tolist() == [[1, 2, 3, 4, 5, 6, 21, 22, 9, 23, 24, 25, 8, 26, 1, 2, 7, 27]]
+    assert packed.position_ids.tolist() == [[0, 1, 2, 3, 4, 5, 6, 7, 4, 5, 5, 6, 5, 6, 0, 1, 2, 3]]
+    assert packed.boundaries.tolist() == [0, 8, 10, 12, 14, 18]
+    # b attends to a's first 4; b's second sample and c to b's first 5 logical positions (a's 4, then 9).
+    assert packed.prefixes.tolist() == [[0, 0], [0, 4], [8, 13], [8, 13], [0, 0]]
+    # b's first completion token is predicted at its own last prompt token (9, packed position 8).
+    assert packed.logit_positions.tolist() == [5, 6, 8, 8, 10, 12, 16]
+    assert packed.rows.tolist() == [0, 0, 1, 2, 2, 3, 4]
+    only_identical = pack_rows(collate(rows, 0, {"g": 0}), share_prompts=True)
+    assert only_identical.input_ids.shape[1] == 27 and only_identical.prefixes[:, 1].tolist() == [
+        0,
+        0,
+        13,
+        0,
+        0,
+    ]
+
+
+def nested_prompt_batch(vocab: int, seed: int, samples: int = 2):
+    """Prompts as agent prompts are built: one system block for all, one of two database blocks,
+    then a question; ``samples`` completions each."""
+    rng = random.Random(seed)
+
+    def tokens(n: int) -> list[int]:
+        return [rng.randrange(3, vocab) for _ in range(n)]
+
+    system, databases = tokens(8), [tokens(6), tokens(6)]
+    trajectories = []
+    for question in range(4):
+        prompt = system + databases[question // 2] + tokens(rng.randint(1, 5))
+        trajectories += [
+            trajectory(prompt, tokens(rng.randint(1, 16)), group=str(question)) for _ in range(samples)
+        ]
+    return collate(trajectories, pad_token_id=0, group_index={str(q): q for q in range(4)})
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_packed_rows_sharing_beginnings_train_like_padded_rows(tiny_model_dir, seed):
+    """Different prompts sharing nested beginnings in a packed row: the logprobs, loss and every
+    gradient of a padded batch that shares nothing."""
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).float()
+    batch = nested_prompt_batch(model.config.vocab_size, seed)
+    assert pack_rows(batch, True, 4).input_ids.shape[1] < pack_rows(batch, True).input_ids.shape[1]
+    advantages = torch.randn(batch.loss_mask.shape, generator=torch.Generator().manual_seed(seed))
+    results = []
+    for packing, share, least in ((False, False, 0), (True, True, 4)):
+        model.zero_grad()
+        logits, targets, to_rows = token_logits(model, batch, share, packing, min_shared_prefix=least)
+        logprobs = to_rows(logprobs_from_logits(logits, targets))
+        loss = -(logprobs * advantages * batch.loss_mask).sum() / batch.loss_mask.sum()
+        loss.backward()
+        results.append(
+            (
+                logprobs * batch.loss_mask,
+                loss.detach(),
+                {n: p.grad.clone() for n, p in model.named_parameters()},
+            )
+        )
+    (lp_pad, loss_pad, grads_pad), (lp_pack, loss_pack, grads_pack) = results
+    assert torch.allclose(lp_pack, lp_pad, atol=1e-5)
+    assert torch.allclose(loss_pack, loss_pad, atol=1e-6)
+    for name, grad in grads_pad.items():
+        assert torch.allclose(grads_pack[name], grad, rtol=1e-4, atol=1e-6), name
+
+
 def shared_prompt_batch(vocab: int, groups: int, samples: int, seed: int):
     """``groups`` prompts (a chat-template-like common start, then random) x ``samples`` completions."""
     rng = random.Random(seed)

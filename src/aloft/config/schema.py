@@ -285,6 +285,11 @@ class OptimConfig(Section):
     """Run each group's shared prompt through the model once per training forward (same loss and
     gradients, fewer FLOPs). Padded: off when gradient checkpointing is on (it needs a KV cache).
     Packed: the prompt is laid out once in the packed row and the group's later samples attend to it."""
+    min_shared_prefix: NonNegativeInt = 64
+    """Packed, with share_prompts: prompts that differ but share this many first tokens or more (a
+    long system message, a schema before each question) run that beginning once per micro-batch,
+    each later one attending to it (same loss and gradients up to float rounding); 0 = only
+    identical prompts share. engine.min_shared_prefix does the same for generation."""
     packing: bool | Literal["auto"] = "auto"
     """Pack each micro-batch's sequences end to end with no padding (per-sequence positions, no
     attention across sequences): same loss and gradients, fewer FLOPs (benchmarks/packing.py times

@@ -141,6 +141,9 @@ def run_overrides(
         # aloft.inference.prefix_tree): greedy evals compared question by question must do the same
         # arithmetic, and in bf16 a shared prefill's rounding can turn a near-tie.
         "engine.min_shared_prefix=0",
+        # Updates as the multi-turn run's were computed (before prompts that only begin alike shared
+        # their beginning in a packed update), so the two policies differ by their episodes alone.
+        "optim.min_shared_prefix=0",
         f"trainer.seed={seed}",
         f"trainer.run_root={run_dir.parent}",
         f"trainer.name={run_dir.name}",

@@ -24,19 +24,21 @@ def token_logits(
     share_prompts: bool,
     packing: bool,
     device: torch.device | None = None,
+    min_shared_prefix: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
     """``(logits [R, C, V], targets [R, C], to_rows)`` for the completion tokens of ``batch``.
 
     Padded (``completion_logits``): R, C = B, T and ``to_rows`` is the identity. Packed
     (``aloft.training.packing``): only real completion tokens, in rows of ``LOGIT_ROW``; ``to_rows``
     puts per-token values ``[R, C]`` back in the ``[B, T]`` layout. ``share_prompts``: identical
-    prompts run through the model once, in both layouts. ``device``: where the model computes
+    prompts run through the model once, in both layouts; packed, so do beginnings of
+    ``min_shared_prefix`` tokens or more that different prompts share (0: none). ``device``: where the model computes
     (default: where its parameters are); the outputs are there. Give ``batch`` on the CPU when
     packing: the rows are laid out there, and only the packed tensors move.
     """
     device = device if device is not None else next(model.parameters()).device
     if packing:
-        packed = packed_completion_logits(model, batch, share_prompts, device)
+        packed = packed_completion_logits(model, batch, share_prompts, device, min_shared_prefix)
         return packed.logits, packed.targets, packed.to_rows
     batch = batch.to(device)
     return completion_logits(model, batch, share_prompts), batch.completion_ids, _same

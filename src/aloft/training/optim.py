@@ -35,10 +35,18 @@ class OptimSettings:
     packing: bool = False
     """Pack micro-batches with no padding (see ``aloft.training.packing``); cut by ``micro_batch_tokens``."""
     micro_batch_tokens: int = 4096
+    min_shared_prefix: int = 0
+    """Packed, with ``share_prompts``: different prompts that share this many first tokens or more
+    run them once (``aloft.training.packing.pack_rows``); 0: only identical prompts share."""
 
     @property
     def micro_batching(self) -> MicroBatching:
-        return MicroBatching(rows=self.micro_batch_size, packing=self.packing, tokens=self.micro_batch_tokens)
+        return MicroBatching(
+            rows=self.micro_batch_size,
+            packing=self.packing,
+            tokens=self.micro_batch_tokens,
+            min_shared_prefix=self.min_shared_prefix,
+        )
 
 
 def make_optimizer(params: list[nn.Parameter], s: OptimSettings) -> tuple[torch.optim.Optimizer, Any]:

@@ -16,6 +16,13 @@ tokens as a prefix (``PackedRows.prefixes``)::
     position_ids:  [ 0  1  2  3 |  2  3  4 |  0  1]
     prefixes:      [ -    -     | (0, 2)   |  -   ]     b also attends to positions 0..1
 
+With ``min_shared_prefix`` > 0 as well, a row whose prompt differs from every earlier one but begins
+like one of them (a long system message before each question, a schema before each question on one
+database) is laid out from where the two differ, and attends to the earlier sequence's first tokens
+as its prefix, when they share that many tokens or more. A prefix is always the first positions of an
+earlier sequence *counted with that sequence's own prefix* (its logical positions), so beginnings
+nest: a third prompt can share the second's beginning, which shares the first's.
+
 Attention runs sequence by sequence (``packed_attention``, registered with transformers as
 ``"aloft_packed"`` and switched on for the packed forward only): each sequence attends causally to
 itself, so no token sees another row and attention costs the sum of squared lengths, not the square
@@ -61,14 +68,21 @@ class PackedRows:
     """[S, 2] start and end of the shared prompt each sequence also attends to (start == end: none)."""
 
 
-def pack_rows(batch: TrainBatch, share_prompts: bool = False) -> PackedRows:
-    """Lay the real tokens of every row of ``batch`` end to end (see the module docstring)."""
+def pack_rows(batch: TrainBatch, share_prompts: bool = False, min_shared_prefix: int = 0) -> PackedRows:
+    """Lay the real tokens of every row of ``batch`` end to end (see the module docstring).
+
+    ``min_shared_prefix``: with ``share_prompts``, the fewest tokens a prompt must share with an
+    earlier, different one to attend to its beginning instead of laying it out again (0: only
+    identical prompts share)."""
     p = batch.prompt_width
     prompt_mask = batch.attention_mask[:, :p].bool()
     completion_lengths = batch.attention_mask[:, p:].sum(dim=1).tolist()
     ids, positions, logit_positions, rows, columns = [], [], [], [], []
     start, boundaries, prefixes = 0, [0], []
-    prompt_spans: dict[tuple[int, ...], tuple[int, int]] = {}  # a laid-out prompt's [start, end)
+    # A laid-out prompt -> (its sequence's start, start + prompt length, the packed position of
+    # its last token): the span its later samples attend to, and where their first token's logits are.
+    prompt_spans: dict[tuple[int, ...], tuple[int, int, int]] = {}
+    laid_prompts: list[tuple[int, torch.Tensor]] = []  # (sequence start, its whole prompt)
     for row, completion_length in enumerate(completion_lengths):
         prompt = batch.input_ids[row, :p][prompt_mask[row]]
         if not len(prompt):
@@ -76,18 +90,29 @@ def pack_rows(batch: TrainBatch, share_prompts: bool = False) -> PackedRows:
                 f"row {row} has an empty prompt: no position predicts its first token; give it one"
             )
         completion = batch.input_ids[row, p : p + completion_length]
-        span = prompt_spans.get(tuple(prompt.tolist())) if share_prompts else None
-        if span is None:
-            sequence, offset, prefix = torch.cat([prompt, completion]), 0, (0, 0)
-            prompt_spans[tuple(prompt.tolist())] = (start, start + len(prompt))
+        key = tuple(prompt.tolist())
+        known = prompt_spans.get(key) if share_prompts else None
+        if known is None:
+            holder, shared = (
+                _longest_shared_beginning(prompt, laid_prompts, min_shared_prefix)
+                if share_prompts and min_shared_prefix > 0
+                else (0, 0)
+            )
+            own_prompt = prompt[shared:]
+            sequence, offset = torch.cat([own_prompt, completion]), shared
+            prefix = (holder, holder + shared) if shared else (0, 0)
+            last = start + len(own_prompt) - 1
+            prompt_spans[key] = (start, start + len(prompt), last)
+            laid_prompts.append((start, prompt))
             # Completion token t is predicted by the logits at the token before it.
-            predicting = start + len(prompt) - 1 + torch.arange(completion_length)
+            predicting = last + torch.arange(completion_length)
         elif not completion_length:
             continue  # a sharing row with nothing to lay out
         else:
-            sequence, offset, prefix = completion, len(prompt), span
+            holder, end, last = known
+            sequence, offset, prefix = completion, len(prompt), (holder, end)
             # Token 0 is predicted by the shared prompt's last position, token t by completion token t - 1.
-            predicting = torch.cat([torch.tensor([span[1] - 1]), start + torch.arange(completion_length - 1)])
+            predicting = torch.cat([torch.tensor([last]), start + torch.arange(completion_length - 1)])
         ids.append(sequence)
         positions.append(offset + torch.arange(len(sequence)))
         logit_positions.append(predicting)
@@ -105,6 +130,22 @@ def pack_rows(batch: TrainBatch, share_prompts: bool = False) -> PackedRows:
         boundaries=torch.tensor(boundaries),
         prefixes=torch.tensor(prefixes, dtype=torch.long).view(-1, 2),
     )
+
+
+def _longest_shared_beginning(
+    prompt: torch.Tensor, laid: list[tuple[int, torch.Tensor]], least: int
+) -> tuple[int, int]:
+    """``(start of the laid-out sequence, tokens shared)`` for the earlier prompt that begins most
+    like ``prompt`` (``[L]``), when they share ``least`` tokens or more; else ``(0, 0)``. At least
+    one token of ``prompt`` stays its own: its last position predicts the completion's first token."""
+    best_start, best = 0, 0
+    for start, other in laid:
+        n = min(len(other), len(prompt) - 1)
+        differ = (other[:n] != prompt[:n]).nonzero()
+        shared = int(differ[0]) if len(differ) else n
+        if shared > best:
+            best_start, best = start, shared
+    return (best_start, best) if best >= least else (0, 0)
 
 
 PACKED_ATTENTION = "aloft_packed"
@@ -126,7 +167,8 @@ def packed_attention(
 
     ``query [1, H, N, D]``, ``key`` / ``value [1, H_kv, N, D]``; ``cu_seq_lens_q [S + 1]`` holds the
     sequences' start offsets and N; ``packed_prefixes [S, 2]`` (optional) the shared prompt span each
-    sequence also attends to. Returns ``[1, N, H, D]`` as transformers expects.
+    sequence also attends to (an earlier sequence's start and its start + the logical positions
+    shared, see ``pack_rows``). Returns ``[1, N, H, D]`` as transformers expects.
     """
     if cu_seq_lens_q is None:
         raise ValueError("packed attention needs cu_seq_lens_q (the packed sequences' boundaries)")
@@ -141,12 +183,17 @@ def packed_attention(
     # [1, H, N, D] gradients and add them up (O(S N) per layer); split's backward concatenates once.
     queries, keys, values = (t.split(lengths, dim=2) for t in (query, key, value))
     outputs = []
+    # Each sequence's keys and values at its logical positions (its prefix's, then its own): a later
+    # sequence's prefix is the first of these, so shared beginnings nest.
+    logical_keys, logical_values = [], []
     for index, (prefix_start, prefix_end) in enumerate(spans):
         k, v = keys[index], values[index]
-        if prefix_end > prefix_start:  # a shared prompt: the first tokens of an earlier sequence
+        if prefix_end > prefix_start:  # a shared prompt: the first positions of an earlier sequence
             holder = segment_at[prefix_start]
-            k = torch.cat([keys[holder][:, :, : prefix_end - prefix_start], k], dim=2)
-            v = torch.cat([values[holder][:, :, : prefix_end - prefix_start], v], dim=2)
+            k = torch.cat([logical_keys[holder][:, :, : prefix_end - prefix_start], k], dim=2)
+            v = torch.cat([logical_values[holder][:, :, : prefix_end - prefix_start], v], dim=2)
+        logical_keys.append(k)
+        logical_values.append(v)
         outputs.append(_causal_attention(queries[index], k, v, dropout, scaling))
     return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), None
 
@@ -271,11 +318,15 @@ class PackedLogits:
 
 
 def packed_completion_logits(
-    model: nn.Module, batch: TrainBatch, share_prompts: bool = False, device: torch.device | None = None
+    model: nn.Module,
+    batch: TrainBatch,
+    share_prompts: bool = False,
+    device: torch.device | None = None,
+    min_shared_prefix: int = 0,
 ) -> PackedLogits:
     """The logits predicting each real completion token of ``batch``, from one packed forward on
-    ``device`` (default: where the model's parameters are)."""
-    packed = pack_rows(batch, share_prompts)
+    ``device`` (default: where the model's parameters are); sharing as ``pack_rows`` shares."""
+    packed = pack_rows(batch, share_prompts, min_shared_prefix)
     device = device if device is not None else next(model.parameters()).device
     count = packed.logit_positions.numel()
     filler = -count % LOGIT_ROW
@@ -311,6 +362,9 @@ class MicroBatching:
     """Pack each micro-batch into one row (``packed_completion_logits``) and cut by ``tokens`` instead."""
     tokens: int = 4096
     """With packing: most real tokens per micro-batch."""
+    min_shared_prefix: int = 0
+    """With packing and shared prompts: the fewest tokens a prompt must share with an earlier,
+    different one to attend to that beginning instead of laying it out again (``pack_rows``)."""
 
     def split(self, batch: TrainBatch, rows: list[int] | None = None) -> list[list[int]]:
         """Chunks of ``rows`` (default: all rows of ``batch``), in order."""

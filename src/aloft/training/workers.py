@@ -156,7 +156,12 @@ class PolicyWorker(_Trainable):
             return logprobs, entropy if with_entropy else None
         with autocast(self.device, self.settings.bf16_autocast):
             logits, targets, to_rows = token_logits(
-                self.model, batch, self.share_prompts, self.settings.packing, self.device
+                self.model,
+                batch,
+                self.share_prompts,
+                self.settings.packing,
+                self.device,
+                self.settings.min_shared_prefix if self.share_prompts else 0,
             )
         # Half-precision logits are upcast a row at a time inside (no [R, C, V] float32 copy).
         if not with_entropy:
@@ -354,7 +359,12 @@ class ReferenceWorker:
             micro = batch.select(rows)
             with autocast(self.device, self.bf16_autocast), self._base_only():
                 logits, targets, to_rows = token_logits(
-                    self.model, micro, True, self.micro_batching.packing, self.device
+                    self.model,
+                    micro,
+                    True,
+                    self.micro_batching.packing,
+                    self.device,
+                    self.micro_batching.min_shared_prefix,
                 )
             out.append(to_rows(logprobs_from_logits(logits, targets, temperature=self.temperature)).cpu())
         return _pad_cat(out, batch.completion_width)

@@ -141,7 +141,7 @@ def step_flops(policy: Any, shape: ModelShape, batch: Any, mini_batches: list[li
         )
     micro_batching = policy.settings.micro_batching
     micro = [chunk for rows in mini_batches for chunk in micro_batching.split(batch, rows)]
-    return packed_update_flops(shape, batch, micro, policy.share_prompts)
+    return packed_update_flops(shape, batch, micro, policy.share_prompts, micro_batching.min_shared_prefix)
 
 
 def run_aloft(spec: dict[str, Any]) -> dict[str, Any]:

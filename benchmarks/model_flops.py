@@ -77,10 +77,15 @@ class UpdateFlops:
 
 
 def packed_update_flops(
-    shape: ModelShape, batch: Any, micro_batches: Sequence[Sequence[int]], share_prompts: bool = True
+    shape: ModelShape,
+    batch: Any,
+    micro_batches: Sequence[Sequence[int]],
+    share_prompts: bool = True,
+    min_shared_prefix: int = 0,
 ) -> UpdateFlops:
     """FLOPs of one packed forward + backward over ``batch`` (a ``TrainBatch``, rows ``[B, P + T]``)
-    cut into ``micro_batches`` (row indices, as ``MicroBatching.split`` gives them).
+    cut into ``micro_batches`` (row indices, as ``MicroBatching.split`` gives them), sharing prompts
+    as the trainer did (``share_prompts``, ``min_shared_prefix``: ``pack_rows``'s).
 
     Each micro-batch is laid out by ``aloft.training.packing.pack_rows``, the trainer's own packing,
     so the count is what runs: a sequence of L tokens that continues a shared prompt of P tokens
@@ -103,7 +108,7 @@ def packed_update_flops(
 
     computed, positions = 0.0, 0
     for rows in micro_batches:
-        packed = pack_rows(batch.select(list(rows)), share_prompts)
+        packed = pack_rows(batch.select(list(rows)), share_prompts, min_shared_prefix)
         lengths = packed.boundaries.diff()  # [S]
         prefixes = packed.prefixes[:, 1] - packed.prefixes[:, 0]  # [S]
         keys = int((lengths * prefixes + lengths * (lengths + 1) // 2).sum())

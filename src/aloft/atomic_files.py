@@ -3,14 +3,14 @@
 Ranks of a data-parallel run start together, and each writes then reads the same small files of
 the run directory (``config.yaml``, ``precision.json``): a plain ``write_text`` truncates the file
 first, so another rank reading it meanwhile finds it empty. A temporary file in the same folder,
-named for the writing process and thread, then ``os.replace`` (atomic on POSIX) means a reader sees
-the old file or the whole new one.
+named uniquely, then ``os.replace`` (atomic on POSIX) means a reader sees the old file or the whole
+new one. (The file gets the default mode, and a symbolic link at ``path`` is replaced by a file.)
 """
 
 from __future__ import annotations
 
 import os
-import threading
+import uuid
 from pathlib import Path
 
 __all__ = ["write_text_atomically"]
@@ -20,7 +20,8 @@ def write_text_atomically(path: str | Path, text: str) -> None:
     """Replace ``path``'s contents with ``text`` (UTF-8) in one step; the temporary file is removed
     if the write fails."""
     path = Path(path)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    # Unique per write, across threads, processes and hosts sharing the file system (ranks).
+    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
         temporary.write_text(text, encoding="utf-8")
         os.replace(temporary, path)

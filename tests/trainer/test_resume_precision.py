@@ -1,6 +1,6 @@
 """A run whose precision settings say ``auto`` resumes in the precision it ran in: on a machine where
 ``auto`` chooses otherwise, resuming is refused in one line that names the settings to pass, and with
-them it resumes."""
+them it resumes. Likewise a run saved before a setting existed resumes with the value it ran as."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+import yaml
 
 from aloft.config import ConfigError, load_config
 from aloft.models import precision
@@ -53,3 +54,22 @@ def test_a_run_in_auto_precision_resumes_only_in_the_precision_it_chose(tiny_ove
     resumed = fit([*on_auto, *RUN, "trainer.max_steps=2", *as_it_ran.split()])
     rows = [json.loads(line) for line in (resumed.c.run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows if "reward/mean" in row] == [1, 2]  # step 1 not trained again
+
+
+def test_a_run_saved_before_a_setting_existed_resumes_with_the_value_it_ran_as(tiny_overrides):
+    """A run whose config.yaml predates ``optim.min_shared_prefix`` ran as 0: resuming with the new
+    default is refused in one line that names the setting to add, and with it the run resumes."""
+    first = fit([*tiny_overrides, *RUN, "trainer.name=older", "trainer.max_steps=1"])
+    saved_path = first.c.run_dir / "config.yaml"
+    saved = yaml.safe_load(saved_path.read_text())
+    del saved["optim"]["min_shared_prefix"]  # as a run saved before the setting was written
+    saved_path.write_text(yaml.safe_dump(saved, sort_keys=False))
+
+    with pytest.raises(ConfigError, match=r"saved before optim\.min_shared_prefix=0 was a setting") as info:
+        fit([*tiny_overrides, *RUN, "trainer.name=older", "trainer.max_steps=2"])
+    assert "\n" not in str(info.value)
+    resumed = fit(
+        [*tiny_overrides, *RUN, "trainer.name=older", "trainer.max_steps=2", "optim.min_shared_prefix=0"]
+    )
+    rows = [json.loads(line) for line in (resumed.c.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows if "reward/mean" in row] == [1, 2]

@@ -289,7 +289,8 @@ class OptimConfig(Section):
     """Packed, with share_prompts: prompts that differ but share this many first tokens or more (a
     long system message, a schema before each question) run that beginning once per micro-batch,
     each later one attending to it (same loss and gradients up to float rounding); 0 = only
-    identical prompts share. engine.min_shared_prefix does the same for generation."""
+    identical prompts share. Policy and reference model alike. Generation's counterpart is
+    engine.min_shared_prefix."""
     packing: bool | Literal["auto"] = "auto"
     """Pack each micro-batch's sequences end to end with no padding (per-sequence positions, no
     attention across sequences): same loss and gradients, fewer FLOPs (benchmarks/packing.py times

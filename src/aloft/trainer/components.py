@@ -316,6 +316,11 @@ _RESUMABLE_CHANGES = {
 }
 
 
+# Settings added after runs were saved without them, with the value that reproduces how such a run
+# ran: it resumes with the setting at that value, and is refused at another.
+ADDED_SETTINGS = {"engine.min_shared_prefix": 0, "optim.min_shared_prefix": 0}
+
+
 def _check_same_config(cfg: AloftConfig, run_dir: Path) -> None:
     """Refuse to resume the run in ``run_dir`` under other settings, in one line; ``auto`` precision
     settings compare as what they chose (``aloft.trainer.run_precision``)."""
@@ -323,6 +328,8 @@ def _check_same_config(cfg: AloftConfig, run_dir: Path) -> None:
     if not saved_path.exists() or not (run_dir / "checkpoints").exists():
         return
     saved = _flatten(yaml.safe_load(saved_path.read_text()) or {})
+    older = {key: value for key, value in ADDED_SETTINGS.items() if key not in saved}
+    saved.update(older)
     now = _flatten(cfg.model_dump(mode="json"))
     ran_with = recorded_precision(run_dir)
     by_auto = any("auto" in (saved.get(k), now.get(k)) for k in AUTO_KEYS)
@@ -340,8 +347,10 @@ def _check_same_config(cfg: AloftConfig, run_dir: Path) -> None:
             f"settings choose {here}: resume with {as_it_ran} to keep its precision, or pick a new trainer.name"
         )
     if changed:
+        added = " ".join(f"{k}={older[k]}" for k in changed if k in older)
+        before = f" (saved before {added} was a setting: add it to resume)" if added else ""
         raise ConfigError(
-            f"run directory {run_dir} holds a run with a different config ({', '.join(changed)}); "
+            f"run directory {run_dir} holds a run with a different config ({', '.join(changed)}){before}; "
             "rerun with the same settings to resume, or pick a new trainer.name"
         )
 

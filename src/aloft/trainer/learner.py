@@ -392,7 +392,7 @@ def build_learner(cfg: AloftConfig) -> Learner:
             share_prompts=optim.share_prompts,
             packing=packing,
             micro_batch_tokens=optim.micro_batch_tokens,
-            min_shared_prefix=optim.min_shared_prefix,
+            min_shared_prefix=optim.min_shared_prefix if optim.share_prompts else 0,
         ),
         temperature=gen.temperature,
         gradient_checkpointing=cfg.model.gradient_checkpointing,

@@ -183,17 +183,20 @@ def packed_attention(
     # [1, H, N, D] gradients and add them up (O(S N) per layer); split's backward concatenates once.
     queries, keys, values = (t.split(lengths, dim=2) for t in (query, key, value))
     outputs = []
-    # Each sequence's keys and values at its logical positions (its prefix's, then its own): a later
-    # sequence's prefix is the first of these, so shared beginnings nest.
-    logical_keys, logical_values = [], []
+    # The keys and values of each sequence a later one continues, at its logical positions (its
+    # prefix's, then its own): a later sequence's prefix is the first of these, so beginnings nest.
+    # Only those are kept (a no-grad pass frees every other sequence's after its attention).
+    holders = {segment_at[start] for start, end in spans if end > start}
+    logical_keys: dict[int, torch.Tensor] = {}
+    logical_values: dict[int, torch.Tensor] = {}
     for index, (prefix_start, prefix_end) in enumerate(spans):
         k, v = keys[index], values[index]
         if prefix_end > prefix_start:  # a shared prompt: the first positions of an earlier sequence
             holder = segment_at[prefix_start]
             k = torch.cat([logical_keys[holder][:, :, : prefix_end - prefix_start], k], dim=2)
             v = torch.cat([logical_values[holder][:, :, : prefix_end - prefix_start], v], dim=2)
-        logical_keys.append(k)
-        logical_values.append(v)
+        if index in holders:
+            logical_keys[index], logical_values[index] = k, v
         outputs.append(_causal_attention(queries[index], k, v, dropout, scaling))
     return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), None
 

@@ -65,7 +65,9 @@ class PackedRows:
     boundaries: torch.Tensor
     """[S + 1] where each sequence starts in the packed row, then N."""
     prefixes: torch.Tensor
-    """[S, 2] start and end of the shared prompt each sequence also attends to (start == end: none)."""
+    """[S, 2] the shared beginning each sequence also attends to: the start of the earlier sequence
+    holding it, and that start + the positions shared, counted with the holder's own prefix
+    (start == end: none)."""
 
 
 def pack_rows(batch: TrainBatch, share_prompts: bool = False, min_shared_prefix: int = 0) -> PackedRows:

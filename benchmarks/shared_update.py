@@ -38,11 +38,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from packing import make_update, time_interleaved
+from packing import SMOLLM2, TINY_SHAPE, make_update, time_interleaved
 from result_tables import Table, command_line, write_results
 
-SMOLLM2 = "smollm2-135m-instruct"
-TINY_SHAPE = {"hidden_size": 256, "num_layers": 4, "num_heads": 4, "num_kv_heads": 2}
 LAYOUTS = (("identical prompts", 0), ("shared beginnings", 64))
 
 

@@ -46,10 +46,27 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["config.yaml"]
 
 
-def test_the_run_precision_record_is_written_atomically(tmp_path, monkeypatch):
-    calls = []
-    monkeypatch.setattr(run_precision, "write_text_atomically", lambda path, text: calls.append(path))
-    run_precision.record_precision(
-        load_config(None, ["data.builder=arithmetic", "trainer.device=cpu", "engine.device=cpu"]), tmp_path
-    )
-    assert calls == [tmp_path / run_precision.PRECISION_FILE]
+def test_a_rank_reading_the_precision_record_while_another_writes_it_reads_it_whole(tmp_path):
+    """The CI failure itself: ``recorded_precision`` racing ``record_precision`` (a plain
+    ``write_text`` there made most of these reads fail with a JSONDecodeError)."""
+    cfg = load_config(None, ["data.builder=arithmetic", "trainer.device=cpu", "engine.device=cpu"])
+    run_precision.record_precision(cfg, tmp_path)
+    done = threading.Event()
+    read: list[object] = []
+
+    def read_until_done() -> None:
+        while not done.is_set():
+            try:
+                read.append(run_precision.recorded_precision(tmp_path))
+            except ValueError as error:  # JSONDecodeError
+                read.append(error)
+
+    reader = threading.Thread(target=read_until_done)
+    reader.start()
+    try:
+        for _ in range(300):
+            run_precision.record_precision(cfg, tmp_path)
+    finally:
+        done.set()
+        reader.join()
+    assert read and all(record == run_precision.choices_here(cfg) for record in read)

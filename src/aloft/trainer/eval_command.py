@@ -27,6 +27,7 @@ from aloft.inference import make_engine
 from aloft.inference.prefix_tree import MIN_SHARED_TOKENS
 from aloft.models import load_tokenizer, resolve_model_path
 from aloft.rollout import EpisodeLimits, Generator
+from aloft.trainer.components import ADDED_SETTINGS
 from aloft.trainer.evaluation import evaluate
 from aloft.trainer.trainer import rollout_record
 from aloft.training import CheckpointManager
@@ -172,8 +173,11 @@ class EvalSettings:
             dtype=self.dtype or source.default("engine.dtype", "auto"),
             min_shared_prefix=self.min_shared_prefix
             if self.min_shared_prefix is not None
-            # A run whose config predates the setting prefilled every prompt whole.
-            else source.default("engine.min_shared_prefix", 0 if source.run_config else MIN_SHARED_TOKENS),
+            # A run whose config predates the setting ran as ADDED_SETTINGS says (whole prefills).
+            else source.default(
+                "engine.min_shared_prefix",
+                ADDED_SETTINGS["engine.min_shared_prefix"] if source.run_config else MIN_SHARED_TOKENS,
+            ),
         )
 
 

@@ -52,6 +52,7 @@ run multiturn $py benchmarks/multiturn.py
 run multiturn_qwen $py benchmarks/multiturn.py --model qwen2.5-coder-0.5b-instruct --trajectories 4
 run shared_prefill $py benchmarks/shared_prefill.py
 run shared_update $py benchmarks/shared_update.py
+run quickstart $py benchmarks/quickstart.py
 run async $py benchmarks/async.py
 run tinker_forward_backward $py benchmarks/tinker_forward_backward.py
 run report_build $py benchmarks/report_build.py

@@ -718,3 +718,37 @@ def test_shared_update_lays_out_fewer_positions_with_the_same_logprobs(tmp_path,
     assert figures["largest_logprob_gap"] < 1e-4
     assert len(shared["seconds_per_round"]) == len(shared["speedup_per_round"]) == 1
     assert "shared beginnings" in capsys.readouterr().out
+
+
+def test_quickstart_times_the_run_and_reads_its_rewards_from_its_metrics(tmp_path, tiny_model_dir, capsys):
+    bench = load_benchmark("quickstart")
+    out, kept = tmp_path / "quickstart.json", tmp_path / "runs"
+    tiny = [
+        f"model.path={tiny_model_dir}",
+        "engine.dtype=float32",
+        "optim.bf16_autocast=false",
+        "trainer.loggers=[jsonl]",
+        "trainer.max_steps=3",
+        "trainer.eval_every=2",
+        "trainer.checkpoint_every=0",
+        "data.train_size=32",
+        "data.eval_size=4",
+        "algorithm.dynamic_sampling=false",  # the tiny model earns no reward to refill groups with
+    ]
+    figures = bench.main([*tiny, "--keep", str(kept), "--json", str(out)])
+    metrics = [json.loads(line) for line in (kept / "quickstart" / "metrics.jsonl").read_text().splitlines()]
+    rewards = {r["step"]: r["eval/reward/mean"] for r in metrics if "eval/reward/mean" in r}
+    timed = {r["step"]: r for r in metrics if "timing/step_s" in r}
+    # Evals before training, every 2 steps and at the last; each with the steps since the one before.
+    assert [e["step"] for e in figures["evals"]] == [0, 2, 3]
+    assert [e["eval_reward"] for e in figures["evals"]] == [rewards[0], rewards[2], rewards[3]]
+    assert figures["evals"][0]["steps_s"] == 0.0
+    assert figures["evals"][1]["generate_s"] == timed[1]["timing/generate_s"] + timed[2]["timing/generate_s"]
+    assert figures["evals"][2]["update_s"] == timed[3]["timing/train_s"]
+    assert figures["steps"] == 3 and figures["precision"]["engine.dtype"] == "float32"
+    # The wall time is the whole command: more than its steps, which the run times itself.
+    assert figures["wall_s"] > sum(e["steps_s"] for e in figures["evals"]) > 0
+    document = json.loads(out.read_text())
+    assert document["benchmark"] == "quickstart" and document["machine"]["cpu"]
+    assert len(document["tables"]) == 2 and document["tables"][1]["rows"][0][0] == "float32"
+    assert "whole command" in capsys.readouterr().out

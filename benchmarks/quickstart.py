@@ -15,7 +15,6 @@ elsewhere float32; the JSON records which, with the CPU.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
 import subprocess
@@ -52,11 +51,11 @@ def run_quickstart(run_root: Path, overrides: list[str]) -> float:
 
 def step_records(run_dir: Path) -> dict[int, dict[str, Any]]:
     """The run's ``metrics.jsonl`` merged by step (a step's eval and training lines are one record)."""
+    from aloft.tracking import read_metrics
+
     steps: dict[int, dict[str, Any]] = {}
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        if line.strip():
-            record = json.loads(line)
-            steps.setdefault(int(record["step"]), {}).update(record)
+    for record in read_metrics(run_dir / "metrics.jsonl"):
+        steps.setdefault(int(record["step"]), {}).update(record)
     return steps
 
 
@@ -78,7 +77,9 @@ def summarize(run_dir: Path, wall_s: float) -> dict[str, Any]:
             }
         )
         since = step
-    precision = json.loads((run_dir / "precision.json").read_text())
+    from aloft.trainer.run_precision import recorded_precision
+
+    precision = recorded_precision(run_dir)
     return {
         "steps": len(trained),
         "wall_s": wall_s,

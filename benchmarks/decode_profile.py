@@ -17,8 +17,10 @@ generated per row (EOS ignored), temperature 0.7. After a warm-up call, two pass
    (``sample_next_tokens``), the shared-prefix plan (``SegmentBatch.plan``), and the rest of the step
    (per-row Python: appending tokens, stop checks, the mask's growth, rows that finished).
 2. **Profiled** (``torch.profiler`` on the CPU): the ops the decode steps run, by kind (``OP_KINDS``):
-   self time and count over the call (prefill included) per decode step. The profiler's own cost inflates these times; their shares
-   and the op counts are what to read.
+   self time and count over the call (prefill included) per decode step, and the ``--top`` ops by
+   name (``TOP_OPS``): a kind sums ops of very different cost (a cast of a whole KV cache and a
+   cast of one row are both ``_to_copy``). The profiler's own cost inflates these times; their
+   shares and the op counts are what to read.
 
 ``--dtype`` (default ``both``): float32, and bfloat16 where this CPU multiplies it natively
 (AVX512-BF16 / AMX), each in the same run.
@@ -114,6 +116,10 @@ OP_KINDS: list[tuple[str, tuple[str, ...]]] = [
 """Op kind -> substrings of the aten op names it covers (first match wins; anything else is "other")."""
 
 
+TOP_OPS = 15
+"""Ops listed by name in the profiled pass's third table (the most self time first)."""
+
+
 def op_kind(name: str) -> str:
     for kind, needles in OP_KINDS:
         if any(needle in name for needle in needles):
@@ -199,10 +205,12 @@ def profile_one(model_path: str, dtype_name: str, args: argparse.Namespace) -> d
             run(engine, prompts, args)
         finally:
             on_compute_thread(profiler.__exit__, None, None, None)
+        by_name: dict[str, list[float]] = {}
         for event in profiler.key_averages():
             if event.key.startswith("aten::") or event.key.startswith("mkldnn::"):
                 ops[op_kind(event.key)][0] += event.self_cpu_time_total / 1e6
                 ops[op_kind(event.key)][1] += event.count
+                by_name[event.key] = [event.self_cpu_time_total / 1e6, event.count]
     finally:
         engine.close()
     steps = max(timers.calls["decode step"], 1)
@@ -212,12 +220,17 @@ def profile_one(model_path: str, dtype_name: str, args: argparse.Namespace) -> d
         "steps": steps,
         "parts": dict(timers.seconds),
         "ops": {kind: {"s_per_step": s / steps, "ops_per_step": n / steps} for kind, (s, n) in ops.items()},
+        "top_ops": [
+            {"op": name, "kind": op_kind(name), "s_per_step": s / steps, "ops_per_step": n / steps}
+            for name, (s, n) in sorted(by_name.items(), key=lambda item: -item[1][0])[:TOP_OPS]
+        ],
         "decode_step_kind": "DecodeStep" if timers.calls["forward"] else "transformers forward",
     }
 
 
 def tables(results: list[dict[str, Any]]) -> list[Table]:
-    """Table 0: the call's and a step's time by part; table 1: the profiled ops by kind."""
+    """Table 0: the call's and a step's time by part; table 1: the profiled ops by kind; table 2:
+    the ``TOP_OPS`` ops with the most self time, by name."""
     parts = []
     for result in results:
         timed, part, steps = result["timed"], result["parts"], result["steps"]
@@ -280,7 +293,28 @@ def tables(results: list[dict[str, Any]]) -> list[Table]:
         ["{}", "{}", "{}", "{:.1f}", "{:.0%}", "{:.0f}"],
         title="Profiled pass: the call's ops (prefill included) over its decode steps, by kind",
     )
-    return [by_part, by_op]
+    top_rows = []
+    for result in results:
+        total = sum(v["s_per_step"] for v in result["ops"].values()) or 1.0
+        top_rows += [
+            [
+                result["model"],
+                result["dtype"],
+                op["op"],
+                op["kind"],
+                op["s_per_step"] * 1e3,
+                op["s_per_step"] / total,
+                op["ops_per_step"],
+            ]
+            for op in result["top_ops"]
+        ]
+    top = Table(
+        ["model", "dtype", "op", "kind", "self ms / step (profiled)", "share", "calls / step"],
+        top_rows,
+        ["{}", "{}", "{}", "{}", "{:.1f}", "{:.0%}", "{:.1f}"],
+        title=f"Profiled pass: the {TOP_OPS} ops with the most self time, by name",
+    )
+    return [by_part, by_op, top]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -57,3 +57,14 @@ run async $py benchmarks/async.py
 run tinker_forward_backward $py benchmarks/tinker_forward_backward.py
 run report_build $py benchmarks/report_build.py
 run tinker_vs_trainer $py benchmarks/tinker_vs_trainer.py
+
+# On a CPU that multiplies bf16 natively (AVX512-BF16 or AMX), the bf16 figures the docs render
+# next to the float32 ones (NAME_bf16.json); skipped elsewhere, where bf16 is emulated.
+if $py -c "from aloft.models.precision import cpu_has_native_bf16 as native; raise SystemExit(not native())"; then
+    run rollout_throughput_grpo_bf16 $py benchmarks/rollout_throughput.py --models smollm2 --prompt-tokens 32,512,1024,2048 --dtype auto
+    run limits_bf16 $py benchmarks/limits.py
+    run decode_profile_bf16 $py benchmarks/decode_profile.py --dtype bfloat16
+    run quickstart_bf16 $py benchmarks/quickstart.py
+else
+    echo "[skip] *_bf16: this CPU has no native bf16"
+fi

@@ -680,13 +680,20 @@ def test_decode_profile_splits_the_call_and_the_step_into_parts_that_add_up(tmp_
     inner = parts["forward"] + parts["sampler"] + parts.get("shared-prefix plan", 0.0)
     assert 0 < inner <= parts["decode step"] <= result["timed"]["seconds"]
     assert result["ops"] and all(v["ops_per_step"] > 0 for v in result["ops"].values())
-    by_part, by_op = (table["rows"] for table in figures["tables"])
+    by_part, by_op, top = (table["rows"] for table in figures["tables"])
     assert [row[2] for row in by_part][:3] == ["whole call", "prefill", "decode steps"]
     shares = [
         row[5] for row in by_part if row[2] in ("prefill", "decode steps") or row[2].startswith("outside")
     ]
     assert sum(shares) == pytest.approx(1.0)
     assert sum(row[4] for row in by_op) == pytest.approx(1.0)
+    # The top ops by name: the most self time first, each counted in its kind's row.
+    assert 0 < len(top) <= bench.TOP_OPS and all(
+        name.startswith(("aten::", "mkldnn::")) for name in (r[2] for r in top)
+    )
+    assert [r[4] for r in top] == sorted((r[4] for r in top), reverse=True)
+    kind_ms = {row[2]: row[3] for row in by_op}
+    assert all(r[4] <= kind_ms[r[3]] + 1e-9 for r in top)
     assert "Timed pass" in capsys.readouterr().out
 
 

@@ -101,9 +101,10 @@ def run(
     }
 
 
-def load_sql_model(name: str) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` in the CPU's fast dtype: a built-in name or directory, or ``tiny`` (a
-    2-layer model with byte-level tokens and room for the SQL prompts, built in a temp dir)."""
+def load_sql_model(name: str, dtype: Any = None) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` in ``dtype`` (default: the CPU's fast dtype): a built-in name or
+    directory, or ``tiny`` (a 2-layer model with byte-level tokens and room for the SQL prompts, built
+    in a temp dir)."""
     if name == "tiny":
         path = build_tiny_model(
             Path(tempfile.mkdtemp()) / "tiny",
@@ -114,7 +115,7 @@ def load_sql_model(name: str) -> tuple[Any, Any]:
         )
     else:
         path = resolve_model_path(name)
-    return load_model(path, dtype=fast_dtype()), load_tokenizer(path)
+    return load_model(path, dtype=dtype or fast_dtype()), load_tokenizer(path)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

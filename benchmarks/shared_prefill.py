@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from aloft.data import build_dataset, validate_row
 from aloft.inference.hf import HFEngine
 from aloft.inference.prefix_tree import MIN_SHARED_TOKENS
@@ -72,10 +74,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     parser.add_argument("--questions", type=int, default=64, help="held-out questions admitted together")
     parser.add_argument("--max-tokens", type=int, default=16, help="greedy tokens per question")
+    parser.add_argument(
+        "--dtype", default="auto", choices=("auto", "float32", "bfloat16"), help="auto: the CPU's fast dtype"
+    )
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args(argv)
 
-    model, tokenizer = load_sql_model(args.model)
+    model, tokenizer = load_sql_model(
+        args.model, None if args.dtype == "auto" else getattr(torch, args.dtype)
+    )
     raw = build_dataset("sql", n=args.questions, seed=0, split="heldout", max_turns=1)
     rows = [validate_row(row, i, "sql") for i, row in enumerate(raw)]
     chat = ChatFormatter(tokenizer)  # the rollout generator's own prompt tokens

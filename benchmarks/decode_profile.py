@@ -273,41 +273,22 @@ def tables(results: list[dict[str, Any]]) -> list[Table]:
         ["{}", "{}", "{}", "{:.2f}", "{:.1f}", "{:.0%}"],
         title="Timed pass: where the call's time goes (no profiler)",
     )
-    op_rows = []
+    op_rows, top_rows = [], []
     for result in results:
+        head = [result["model"], result["dtype"]]
         total = sum(v["s_per_step"] for v in result["ops"].values()) or 1.0
         for kind, value in sorted(result["ops"].items(), key=lambda kv: -kv[1]["s_per_step"]):
-            op_rows.append(
-                [
-                    result["model"],
-                    result["dtype"],
-                    kind,
-                    value["s_per_step"] * 1e3,
-                    value["s_per_step"] / total,
-                    value["ops_per_step"],
-                ]
-            )
+            s = value["s_per_step"]
+            op_rows.append([*head, kind, s * 1e3, s / total, value["ops_per_step"]])
+        for op in result["top_ops"]:
+            s = op["s_per_step"]
+            top_rows.append([*head, op["op"], op["kind"], s * 1e3, s / total, op["ops_per_step"]])
     by_op = Table(
         ["model", "dtype", "op kind", "self ms / step (profiled)", "share", "ops / step"],
         op_rows,
         ["{}", "{}", "{}", "{:.1f}", "{:.0%}", "{:.0f}"],
         title="Profiled pass: the call's ops (prefill included) over its decode steps, by kind",
     )
-    top_rows = []
-    for result in results:
-        total = sum(v["s_per_step"] for v in result["ops"].values()) or 1.0
-        top_rows += [
-            [
-                result["model"],
-                result["dtype"],
-                op["op"],
-                op["kind"],
-                op["s_per_step"] * 1e3,
-                op["s_per_step"] / total,
-                op["ops_per_step"],
-            ]
-            for op in result["top_ops"]
-        ]
     top = Table(
         ["model", "dtype", "op", "kind", "self ms / step (profiled)", "share", "calls / step"],
         top_rows,
